@@ -1,0 +1,334 @@
+"""The normalized model every stage shares.
+
+Parsers produce these objects, rules read them, the graph engine and the
+reporters consume them. They are frozen and slotted: a stage can never mutate
+what an earlier stage produced, and ten thousand ranks stay cheap.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Union
+
+# --------------------------------------------------------------------------
+# Evidence
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """Where a fact came from: a file, a 1-based line (0 when unknown), the text."""
+
+    path: str
+    line: int
+    text: str
+
+    def cite(self) -> str:
+        return f"{self.path}:{self.line}" if self.line else self.path
+
+    def to_json(self) -> dict:
+        return {"path": self.path, "line": self.line, "text": self.text}
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnostic:
+    """Something in the input we could not use; never silently dropped."""
+
+    path: str
+    line: int
+    message: str
+    severity: str = "warning"  # "info" | "warning" | "error"
+
+    def to_json(self) -> dict:
+        return {"path": self.path, "line": self.line, "message": self.message,
+                "severity": self.severity}
+
+
+# --------------------------------------------------------------------------
+# Stacks
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    function: str
+    file: str = ""
+    line: int = 0
+    library: str = ""
+    native: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadStack:
+    tid: str
+    name: str = ""
+    active: bool | None = None
+    frames: tuple[Frame, ...] = ()
+    evidence: Evidence | None = None
+
+
+# --------------------------------------------------------------------------
+# Communication
+
+COLLECTIVE_OPS = frozenset({
+    "all_reduce", "broadcast", "all_gather", "all_gather_into_tensor",
+    "reduce_scatter", "reduce_scatter_tensor", "reduce", "gather", "scatter",
+    "all_to_all", "all_to_all_single", "barrier", "monitored_barrier",
+    "all_gather_object", "broadcast_object_list", "coalesced",
+})
+P2P_OPS = frozenset({"send", "recv", "isend", "irecv"})
+
+# Spellings seen in snapshots, py-spy frames, FR profiling names and c10d OpType.
+_OP_ALIASES = {
+    "allreduce": "all_reduce", "all_reduce": "all_reduce",
+    "bcast": "broadcast", "broadcast": "broadcast",
+    "allgather": "all_gather", "all_gather": "all_gather",
+    "_allgather_base": "all_gather_into_tensor", "all_gather_into_tensor": "all_gather_into_tensor",
+    "reducescatter": "reduce_scatter", "reduce_scatter": "reduce_scatter",
+    "_reduce_scatter_base": "reduce_scatter_tensor", "reduce_scatter_tensor": "reduce_scatter_tensor",
+    "alltoall": "all_to_all", "all_to_all": "all_to_all", "alltoall_base": "all_to_all_single",
+    "all_to_all_single": "all_to_all_single",
+    "send": "send", "recv": "recv", "isend": "send", "irecv": "recv",
+    "recvanysource": "recv", "barrier": "barrier", "monitored_barrier": "monitored_barrier",
+    "reduce": "reduce", "gather": "gather", "scatter": "scatter",
+}
+
+
+def normalize_op(name: str | None) -> str:
+    """`ALLREDUCE`, `nccl:all_reduce`, `AllReduce`, `allreduce` → `all_reduce`.
+
+    Unknown names are lower-cased and kept (compute, data_loading, …).
+    """
+    if not name:
+        return ""
+    text = str(name).strip()
+    if ":" in text:  # profiling names: "nccl:all_reduce", "gloo:send 0->1"
+        text = text.split(":", 1)[1]
+    text = text.split(" ", 1)[0].lower()
+    return _OP_ALIASES.get(text, _OP_ALIASES.get(text.replace("_", ""), text))
+
+
+def is_collective(op: str) -> bool:
+    return op in COLLECTIVE_OPS
+
+
+def is_p2p(op: str) -> bool:
+    return op in P2P_OPS
+
+
+@dataclass(frozen=True, slots=True)
+class CommOp:
+    """One communication call as a rank sees it.
+
+    `seq` is the per-group collective sequence number (P2P ops count on their
+    own). `peers` are global ranks: the destination of a send, the source of a
+    recv, empty for collectives (membership comes from the group). `any_source`
+    marks a receive that any peer can satisfy (an OR wait).
+    """
+
+    op: str
+    group: str = ""
+    seq: int | None = None
+    state: str = "started"  # scheduled | started | completed
+    peers: tuple[int, ...] = ()
+    any_source: bool = False
+    sizes: tuple[tuple[int, ...], ...] = ()
+    dtype: str = ""
+    timeout_ms: int | None = None
+    elapsed_ms: int | None = None
+    evidence: Evidence | None = None
+
+    @property
+    def is_collective(self) -> bool:
+        return is_collective(self.op)
+
+    @property
+    def is_p2p(self) -> bool:
+        return is_p2p(self.op)
+
+    @property
+    def past_timeout(self) -> bool:
+        return (self.timeout_ms is not None and self.elapsed_ms is not None
+                and self.timeout_ms > 0 and self.elapsed_ms >= self.timeout_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class StreamState:
+    """The head of one CUDA stream of a rank: what it waits on, what it runs."""
+
+    name: str
+    waits_event: str | None = None
+    op: str = ""
+    evidence: Evidence | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EventRecord:
+    """A CUDA event and the stream (of `rank`, default the owner) that records it."""
+
+    name: str
+    recorded_on: str
+    rank: int | None = None
+    evidence: Evidence | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GroupProgress:
+    """c10d's per-group counters (`pg_status` / `last enqueued … completed`)."""
+
+    enqueued: int | None = None
+    started: int | None = None
+    completed: int | None = None
+    evidence: Evidence | None = None
+
+
+# Activities a rank can be in, from most to least informative.
+BLOCKED = "blocked"        # inside a communication call that has not completed
+COMPUTING = "computing"
+DATA_LOADING = "data_loading"
+IO = "io"
+DEVICE_WAIT = "device_wait"
+IDLE = "idle"
+EXITED = "exited"          # process gone (exit code, signal, alive: false)
+UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class RankState:
+    rank: int
+    host: str = ""
+    pid: int | None = None
+    alive: bool | None = None
+    activity: str = UNKNOWN
+    current_op: CommOp | None = None
+    # Waits the artifact states outright (a watchdog's `waiting_for_ranks`);
+    # None when the artifact says nothing, () when it says "nobody".
+    declared_waits: tuple[int, ...] | None = None
+    threads: tuple[ThreadStack, ...] = ()
+    stack: tuple[str, ...] = ()
+    streams: tuple[StreamState, ...] = ()
+    events: tuple[EventRecord, ...] = ()
+    progress: Mapping[str, GroupProgress] = field(default_factory=dict)
+    log_events: tuple[Evidence, ...] = ()
+    evidence: Evidence | None = None
+
+    @property
+    def is_dead(self) -> bool:
+        return self.alive is False or self.activity == EXITED
+
+    @property
+    def is_blocked(self) -> bool:
+        return (not self.is_dead and self.current_op is not None
+                and self.current_op.state != "completed")
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessGroup:
+    id: str
+    name: str = ""
+    ranks: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class StuckSignal:
+    """Evidence that the job as a whole is not progressing.
+
+    kind: cli_hung | declared_hung | watchdog_timeout | op_past_timeout |
+    no_progress_between_snapshots
+    """
+
+    kind: str
+    detail: str
+    evidence: Evidence | None = None
+    detail_zh: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Artifact:
+    kind: str
+    path: str
+    display: str  # the path as the report shows it (relative to the input)
+    rank_hint: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Incident:
+    ranks: Mapping[int, RankState]
+    groups: Mapping[str, ProcessGroup]
+    artifacts: tuple[Artifact, ...] = ()
+    diagnostics: tuple[Diagnostic, ...] = ()
+    stuck: tuple[StuckSignal, ...] = ()
+
+    def members(self, group: str) -> tuple[int, ...]:
+        """Global ranks of `group`; the world when the group is unknown."""
+        pg = self.groups.get(group)
+        if pg is not None and pg.ranks:
+            return pg.ranks
+        return tuple(sorted(self.ranks))
+
+
+# --------------------------------------------------------------------------
+# Rule output
+
+Node = Union[int, tuple]  # a rank, or ("stream", rank, name), or ("coll", group, seq)
+
+
+def stream_node(rank: int, stream: str) -> tuple:
+    return ("stream", rank, stream)
+
+
+def node_rank(node: Node) -> int | None:
+    if isinstance(node, int):
+        return node
+    if node and node[0] == "stream":
+        return node[1]
+    return None
+
+
+def node_label(node: Node) -> str:
+    if isinstance(node, int):
+        return str(node)
+    if node[0] == "stream":
+        return f"{node[1]}:{node[2]}"
+    return ":".join(str(part) for part in node)
+
+
+def path_label(path: list, keep: int = 8) -> str:
+    """`0 → 1 → 0`; a long cycle keeps its head and tail: 100,000 ranks stay one line."""
+    if len(path) <= 2 * keep:
+        return " → ".join(node_label(n) for n in path)
+    return (" → ".join(node_label(n) for n in path[:keep]) + f" → … ({len(path) - keep - 3} more) … → "
+            + " → ".join(node_label(n) for n in path[-3:]))
+
+
+AND = "AND"
+OR = "OR"
+
+
+@dataclass(frozen=True, slots=True)
+class WaitEdge:
+    """`waiter` cannot progress until `awaited` does (AND) — or, for OR edges
+    sharing a waiter, until any one of them does."""
+
+    waiter: Node
+    awaited: Node
+    semantics: str = AND
+    reason: str = ""
+    rule: str = ""
+    evidence: tuple[Evidence, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    rule: str
+    kind: str
+    severity: str  # error | warning | info
+    ranks: tuple[int, ...]
+    message: str
+    evidence: tuple[Evidence, ...] = ()
+    hint: str = ""
+    message_zh: str = ""
+    hint_zh: str = ""
+
+    def to_json(self) -> dict:
+        return {"rule": self.rule, "kind": self.kind, "severity": self.severity,
+                "ranks": list(self.ranks), "message": self.message, "hint": self.hint,
+                "evidence": [e.to_json() for e in self.evidence]}

@@ -1,0 +1,1 @@
+"""Lark grammars, one per artifact kind, shipped as package data (forensics.grammars)."""

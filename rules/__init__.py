@@ -1,0 +1,1 @@
+"""Shipped YAML rules and their JSON Schema, shipped as package data (forensics.rules_data)."""
