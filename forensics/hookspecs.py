@@ -1,0 +1,77 @@
+"""The hooks a forensics plugin can implement. These docstrings are the plugin reference.
+
+A plugin is any module or object with functions marked `@forensics.hookimpl`.
+Built-in parsers and rules are registered exactly like third-party ones; a
+third-party package exposes its plugin through the entry-point group
+`forensics` in its packaging metadata:
+
+    [project.entry-points.forensics]
+    myteam = "myteam_forensics.plugin"
+
+Set FORENSICS_DISABLE_PLUGIN_AUTOLOAD=1 to skip entry points (the test suite
+does). A plugin that fails to import or raises in a hook becomes a diagnostic
+in the report, never a crash.
+
+Data flows one way: parsers see files, rules see the merged `Incident`, graph
+rules see the incident plus the reduced wait-for graph. No hook sees a report.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterable
+
+import pluggy
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .graph import GraphAnalysis
+    from .ingest.facts import Facts
+    from .model import Artifact, Finding, Incident, WaitEdge
+
+PROJECT = "forensics"
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+@hookspec(firstresult=True)
+def forensics_sniff(path: str, head: bytes) -> str | None:
+    """Claim a file: return the artifact kind your parser reads, or None.
+
+    `head` is the first 64 KiB (already decompressed if the file is gzip).
+    The first plugin to answer wins; plugins registered later are asked
+    first, so a team's parser can take over a kind from a built-in one.
+    Sniff by content where you can: users name files anything.
+    """
+
+
+@hookspec(firstresult=True)
+def forensics_parse(artifact: "Artifact") -> "Facts | None":
+    """Parse an artifact of a kind you claimed; return None for other kinds.
+
+    Raise `forensics.ingest.textio.InputError(path, message, line)` when the
+    file cannot be read at all; record per-line problems as diagnostics on
+    the returned Facts (`facts.diag(line, message)`). Never return lark
+    trees or tokens: only model objects.
+    """
+
+
+@hookspec
+def forensics_wait_edges(incident: "Incident") -> "Iterable[WaitEdge] | None":
+    """Add wait-for edges: `WaitEdge(waiter, awaited, AND|OR, reason, rule, evidence)`.
+
+    Nodes are global ranks (int), CUDA streams `("stream", rank, name)` or a
+    collective instance `("coll", group, seq)`. Give every edge the evidence
+    that justifies it.
+    """
+
+
+@hookspec
+def forensics_findings(incident: "Incident") -> "Iterable[Finding] | None":
+    """Report findings that need only the incident (e.g. a collective mismatch)."""
+
+
+@hookspec
+def forensics_graph_findings(incident: "Incident", analysis: "GraphAnalysis") -> "Iterable[Finding] | None":
+    """Report findings that need the reduced wait-for graph: cycles
+    (`analysis.cycles`), nodes that can never progress (`analysis.stuck`),
+    dead ranks waited on (`analysis.dead_awaited`) and the ranks everyone
+    waits for (`analysis.sinks`)."""

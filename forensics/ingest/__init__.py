@@ -1,0 +1,188 @@
+"""Discover artifacts, parse each through the parser hooks, merge into one Incident."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import replace
+
+from .. import model as m
+from ..model import Artifact, Diagnostic, Incident, ProcessGroup, StuckSignal
+from .facts import Facts
+from .textio import InputError, file_size, looks_binary, read_head
+
+__all__ = ["InputError", "discover", "load_incident", "merge", "rank_from_path"]
+
+_RANK_IN_PATH = re.compile(r"(?:^|[^a-z])rank[_\-.]?(\d{1,7})(?!\d)", re.IGNORECASE)
+_SKIP_DIRS = {".git", "__pycache__", ".hg", ".svn"}
+
+
+def rank_from_path(display: str) -> int | None:
+    """`rank3.pyspy.txt`, `rank_3/`, `node07-rank3-gdb.log`, `nccl_trace_rank_3` → 3.
+
+    The last `rank<N>` in the path wins (the file's own name over its folder's).
+    """
+    found = _RANK_IN_PATH.findall(display.replace(os.sep, "/"))
+    return int(found[-1]) if found else None
+
+
+def discover(paths, plugins) -> tuple[list[Artifact], list[Diagnostic]]:
+    """Find the artifacts under `paths` and ask the parsers which kind each is.
+
+    A path that does not exist, or a file named explicitly that no parser
+    claims, is unusable input (InputError). Files found while walking a
+    folder that nobody claims become info diagnostics: listed, not lost.
+    """
+    artifacts: list[Artifact] = []
+    diagnostics: list[Diagnostic] = []
+    for root in paths:
+        if not os.path.exists(root):
+            raise InputError(root, "no such file or directory")
+        if os.path.isdir(root):
+            for folder, dirs, files in os.walk(root):
+                dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS)
+                for name in sorted(files):
+                    path = os.path.join(folder, name)
+                    display = os.path.relpath(path, root)
+                    kind, note = _sniff(path, display, plugins)
+                    if kind is None:
+                        diagnostics.append(Diagnostic(display, 0, note, "info"))
+                    else:
+                        artifacts.append(Artifact(kind, path, display, rank_from_path(display)))
+        else:
+            display = root
+            kind, note = _sniff(root, display, plugins)
+            if kind is None:
+                raise InputError(display, note)
+            artifacts.append(Artifact(kind, root, display, rank_from_path(display)))
+    return artifacts, diagnostics
+
+
+def _sniff(path: str, display: str, plugins) -> tuple[str | None, str]:
+    try:
+        head = read_head(path)
+    except InputError as exc:
+        return None, exc.message
+    if not head:
+        return None, "empty file"
+    kind = plugins.first("forensics_sniff", path=path, head=head)
+    if kind is not None:
+        return kind, ""
+    if looks_binary(head):
+        return None, "binary file, not a recognized artifact: skipped"
+    return None, "not a recognized artifact: skipped"
+
+
+def load_incident(paths, plugins, hung: bool = False) -> Incident:
+    artifacts, diagnostics = discover(paths, plugins)
+    facts: list[Facts] = []
+    errors: list[InputError] = []
+    for artifact in artifacts:
+        try:
+            parsed = plugins.first("forensics_parse", artifact=artifact)
+        except InputError as exc:
+            errors.append(exc)
+            diagnostics.append(Diagnostic(exc.path, exc.line, exc.message, "error"))
+            continue
+        if parsed is None:
+            diagnostics.append(Diagnostic(artifact.display, 0,
+                                          f"no parser for artifact kind {artifact.kind!r}", "error"))
+            continue
+        facts.append(parsed)
+    if not facts:
+        if errors:
+            raise errors[0]
+        where = ", ".join(map(str, paths))
+        raise InputError(where, f"no recognizable artifacts ({len(diagnostics)} file(s) skipped)")
+    incident = merge(facts, tuple(artifacts), diagnostics + plugins.diagnostics)
+    if hung:
+        incident = replace(incident, stuck=incident.stuck + (
+            StuckSignal("cli_hung", "the user says the job is hung (--hung)",
+                        detail_zh="用户指明作业已挂起（--hung）"),))
+    return incident
+
+
+def merge(facts: list[Facts], artifacts: tuple = (), diagnostics=()) -> Incident:
+    """Combine per-artifact facts into one state per rank.
+
+    Observations are ordered by the time the artifact says it was taken (then
+    by discovery order); the latest says where a rank is, earlier ones fill
+    in what it does not say. Two snapshots in which no rank moved are
+    evidence that the job is stuck.
+    """
+    diagnostics = list(diagnostics)
+    stuck: list[StuckSignal] = []
+    order = sorted(range(len(facts)),
+                   key=lambda i: (facts[i].observed_at is None, facts[i].observed_at or 0.0, i))
+    ranks: dict[int, m.RankState] = {}
+    groups: dict[str, ProcessGroup] = {}
+    previous_snapshot: Facts | None = None
+    for index in order:
+        item = facts[index]
+        diagnostics.extend(item.diagnostics)
+        stuck.extend(item.stuck)
+        for state in item.ranks:
+            ranks[state.rank] = _combine(ranks.get(state.rank), state)
+        for group in item.groups:
+            known = groups.get(group.id)
+            if known is None or not known.ranks:
+                groups[group.id] = group
+            elif group.ranks and set(group.ranks) != set(known.ranks):
+                diagnostics.append(Diagnostic(item.path, 0,
+                                              f"group {group.id!r} has ranks {list(group.ranks)} here but "
+                                              f"{list(known.ranks)} elsewhere: the first is used"))
+        if item.kind == "snapshot":
+            if previous_snapshot is not None:
+                signal = _no_progress(previous_snapshot, item)
+                if signal is not None:
+                    stuck.append(signal)
+            previous_snapshot = item
+    _check_references(ranks, groups, diagnostics)
+    return Incident(ranks=dict(sorted(ranks.items())), groups=groups, artifacts=tuple(artifacts),
+                    diagnostics=tuple(diagnostics), stuck=tuple(stuck))
+
+
+def _combine(old: m.RankState | None, new: m.RankState) -> m.RankState:
+    if old is None:
+        return new
+    updates = {}
+    for name in ("host", "pid", "alive", "threads", "stack", "streams", "events", "evidence"):
+        if not getattr(new, name) and getattr(old, name):
+            updates[name] = getattr(old, name)
+    if new.activity == m.UNKNOWN:
+        updates.update(activity=old.activity, current_op=old.current_op,
+                       declared_waits=old.declared_waits)
+    if old.progress or new.progress:
+        updates["progress"] = {**old.progress, **new.progress}
+    updates["log_events"] = old.log_events + new.log_events
+    return replace(new, **updates)
+
+
+def _position(state: m.RankState):
+    op = state.current_op
+    return (state.activity, state.alive,
+            None if op is None else (op.op, op.group, op.seq, op.state, op.peers))
+
+
+def _no_progress(before: Facts, after: Facts) -> StuckSignal | None:
+    old = {s.rank: s for s in before.ranks}
+    common = [s for s in after.ranks if s.rank in old]
+    if not common or not any(s.is_blocked for s in common):
+        return None
+    if any(_position(s) != _position(old[s.rank]) for s in common):
+        return None
+    return StuckSignal(
+        "no_progress_between_snapshots",
+        f"no rank moved between {before.path} and {after.path} ({len(common)} ranks compared)",
+        common[0].evidence,
+        f"{before.path} 与 {after.path} 之间没有任何 Rank 推进（比较了 {len(common)} 个 Rank）")
+
+
+def _check_references(ranks, groups, diagnostics) -> None:
+    for rank, state in ranks.items():
+        for awaited in state.declared_waits or ():
+            if awaited not in ranks:
+                where = state.evidence
+                diagnostics.append(Diagnostic(
+                    where.path if where else "", where.line if where else 0,
+                    f"rank {rank} waits for rank {awaited}, which no artifact describes"))

@@ -1,0 +1,23 @@
+"""What one artifact contributes, before ranks from many artifacts are merged."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..model import Diagnostic, ProcessGroup, RankState, StuckSignal
+
+
+@dataclass(slots=True)
+class Facts:
+    kind: str
+    path: str
+    ranks: list[RankState] = field(default_factory=list)
+    groups: list[ProcessGroup] = field(default_factory=list)
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    stuck: list[StuckSignal] = field(default_factory=list)
+    # When the artifact was taken (epoch seconds), for ordering snapshots of
+    # the same ranks; None when the artifact does not say.
+    observed_at: float | None = None
+
+    def diag(self, line: int, message: str, severity: str = "warning") -> None:
+        self.diagnostics.append(Diagnostic(self.path, line, message, severity))

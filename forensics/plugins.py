@@ -1,0 +1,98 @@
+"""The plugin manager: built-ins and third-party plugins through one door."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from importlib.metadata import entry_points
+
+import pluggy
+
+from . import hookspecs
+from .ingest.textio import InputError
+from .model import Diagnostic
+
+BUILTIN_PLUGINS = (
+    "forensics.ingest.snapshot_plugin",
+    "forensics.rules.declared_waits",
+    "forensics.rules.comm_waits",
+    "forensics.rules.stream_waits",
+    "forensics.rules.collective_mismatch",
+    "forensics.rules.wait_cycle",
+    "forensics.rules.dead_rank",
+    "forensics.rules.missing_rank",
+)
+AUTOLOAD_OFF = "FORENSICS_DISABLE_PLUGIN_AUTOLOAD"
+
+
+class Plugins:
+    """A pluggy manager plus the diagnostics of plugins that failed to load."""
+
+    def __init__(self, autoload: bool | None = None, extra: tuple = (),
+                 builtins: tuple[str, ...] = BUILTIN_PLUGINS):
+        self.pm = pluggy.PluginManager(hookspecs.PROJECT)
+        self.pm.add_hookspecs(hookspecs)
+        self.diagnostics: list[Diagnostic] = []
+        for name in builtins:
+            self.pm.register(importlib.import_module(name), name=name)
+        if autoload is None:
+            autoload = not os.environ.get(AUTOLOAD_OFF)
+        if autoload:
+            self._load_entry_points()
+        for plugin in extra:
+            self.register(plugin)
+
+    @property
+    def hook(self):
+        return self.pm.hook
+
+    def register(self, plugin, name: str | None = None) -> None:
+        try:
+            self.pm.register(plugin, name=name)
+        except Exception as exc:  # a broken plugin is a diagnostic, not a crash
+            self.diagnostics.append(Diagnostic(
+                f"<plugin {name or getattr(plugin, '__name__', plugin)!s}>", 0,
+                f"plugin not registered: {exc}", "error"))
+
+    def _load_entry_points(self) -> None:
+        for ep in entry_points(group=hookspecs.PROJECT):
+            try:
+                plugin = ep.load()
+            except Exception as exc:
+                self.diagnostics.append(Diagnostic(
+                    f"<plugin {ep.name}>", 0, f"plugin failed to load: {exc}", "error"))
+                continue
+            self.register(plugin, name=f"entrypoint:{ep.name}")
+
+    def call(self, hook_name: str, **kwargs) -> list:
+        """Call a collecting hook one implementation at a time, so one plugin's
+        exception costs only its own contribution."""
+        results = []
+        caller = getattr(self.pm.hook, hook_name)
+        for impl in caller.get_hookimpls():
+            try:
+                out = impl.function(**{k: kwargs[k] for k in impl.argnames})
+                if out is not None:
+                    results.extend(out)
+            except Exception as exc:
+                self.diagnostics.append(Diagnostic(
+                    f"<plugin {impl.plugin_name}>", 0,
+                    f"{hook_name} raised {exc.__class__.__name__}: {exc}", "error"))
+        return results
+
+    def first(self, hook_name: str, **kwargs):
+        """Call a firstresult hook, newest registration first, isolating failures."""
+        caller = getattr(self.pm.hook, hook_name)
+        for impl in reversed(caller.get_hookimpls()):
+            try:
+                out = impl.function(**{k: kwargs[k] for k in impl.argnames})
+            except InputError:
+                raise  # the file is bad, not the plugin
+            except Exception as exc:
+                self.diagnostics.append(Diagnostic(
+                    f"<plugin {impl.plugin_name}>", 0,
+                    f"{hook_name} raised {exc.__class__.__name__}: {exc}", "error"))
+                continue
+            if out is not None:
+                return out
+        return None
