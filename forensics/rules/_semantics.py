@@ -1,0 +1,65 @@
+"""When has a rank "arrived" where another waits for it? Shared by the rules
+that turn rank states into wait-for edges."""
+
+from __future__ import annotations
+
+from ..model import CommOp, Incident, RankState
+
+
+def has_arrived(incident: Incident, waiter: RankState, awaited: int) -> bool:
+    """True when `awaited` is already where `waiter` needs it, so no wait edge.
+
+    Two ranks inside the same collective (same group, same or later seq) do
+    not wait on each other; a send and the matching recv complete together.
+    """
+    op = waiter.current_op
+    other = incident.ranks.get(awaited)
+    if op is None or other is None or other.is_dead:
+        return False
+    if op.is_collective:
+        return _in_collective(other, op)
+    theirs = other.current_op
+    if theirs is None or not theirs.is_p2p or theirs.state == "completed":
+        return False
+    wanted = "recv" if op.op == "send" else "send"
+    if theirs.op != wanted:
+        return False
+    if wanted == "recv" and theirs.any_source:
+        return True
+    named = set(theirs.peers) | set(other.declared_waits or ())
+    return waiter.rank in named
+
+
+def _in_collective(other: RankState, op: CommOp) -> bool:
+    theirs = other.current_op
+    if theirs is not None and theirs.is_collective and theirs.group == op.group:
+        if op.seq is None or theirs.seq is None or theirs.seq >= op.seq:
+            return True
+    progress = other.progress.get(op.group)
+    if progress is not None and op.seq is not None:
+        issued = max(x for x in (progress.enqueued, progress.started, progress.completed, -1)
+                     if x is not None)
+        return issued >= op.seq
+    return False
+
+
+def rank_evidence(state: RankState) -> tuple:
+    found = []
+    if state.current_op is not None and state.current_op.evidence is not None:
+        found.append(state.current_op.evidence)
+    elif state.evidence is not None:
+        found.append(state.evidence)
+    return tuple(found)
+
+
+def describe_op(op: CommOp | None) -> str:
+    if op is None:
+        return "no communication call"
+    parts = [op.op]
+    if op.peers:
+        parts.append(("to " if op.op == "send" else "from ") + ",".join(map(str, op.peers)))
+    if op.group:
+        parts.append(f"group {op.group}")
+    if op.seq is not None:
+        parts.append(f"seq {op.seq}")
+    return " ".join(parts)

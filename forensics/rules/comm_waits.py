@@ -1,0 +1,52 @@
+"""comm-waits: wait edges implied by the call a rank is blocked in, when no
+artifact states them. A collective waits on every member of its group that
+has not arrived at the same (group, seq) — through one virtual node per
+collective instance, so the graph stays linear in ranks. A send waits on its
+destination until it posts the matching recv, and a recv on its source; a
+receive from any source waits on any one member (OR)."""
+
+from __future__ import annotations
+
+from ..hookspecs import hookimpl
+from ..model import AND, OR, WaitEdge
+from ._semantics import describe_op, has_arrived, rank_evidence
+
+ID = "comm-waits"
+
+
+@hookimpl
+def forensics_wait_edges(incident):
+    edges = []
+    expanded: set = set()
+    for rank in sorted(incident.ranks):
+        state = incident.ranks[rank]
+        op = state.current_op
+        if state.declared_waits is not None or not state.is_blocked:
+            continue
+        evidence = rank_evidence(state)
+        if op.is_collective:
+            node = ("coll", op.group or "0", op.seq if op.seq is not None else "?")
+            edges.append(WaitEdge(rank, node, AND, f"rank {rank} is in {describe_op(op)}", ID, evidence))
+            if node in expanded:
+                continue
+            expanded.add(node)
+            for member in incident.members(op.group):
+                if member != rank and not has_arrived(incident, state, member):
+                    edges.append(WaitEdge(
+                        node, member, AND,
+                        f"{op.op} in group {op.group or '0'} seq {op.seq} needs rank {member}, "
+                        f"which has not joined it", ID, evidence))
+        elif op.is_p2p:
+            if op.op == "recv" and op.any_source:
+                targets = [m for m in incident.members(op.group) if m != rank]
+                semantics = OR
+            else:
+                targets = list(op.peers)
+                semantics = AND
+            for peer in targets:
+                if peer != rank and not has_arrived(incident, state, peer):
+                    edges.append(WaitEdge(rank, peer, semantics,
+                                          f"rank {rank} is in {describe_op(op)}; rank {peer} has not "
+                                          f"posted the matching {'recv' if op.op == 'send' else 'send'}",
+                                          ID, evidence))
+    return edges

@@ -1,0 +1,54 @@
+"""missing-rank: ranks wait in a call that a rank still alive has not joined
+(it computes, loads data, writes a checkpoint, or left a loop early).
+
+In one snapshot of a healthy job that is ordinary progress, so this becomes
+an error only with evidence that the job is stuck: a watchdog timeout, an
+operation past its timeout, no progress between two snapshots, or the
+user's --hung. Without it the rule says, as info, who the others wait for."""
+
+from __future__ import annotations
+
+from ..hookspecs import hookimpl
+from ..model import Finding
+from ..ranges import compact
+
+ID = "missing-rank"
+HINT = ("Look at what the awaited rank is doing instead (its stack dump): data loading, checkpoint I/O, "
+        "an early exit from the training loop (uneven shards: use drop_last / DistributedSampler with "
+        "equal lengths), or a collective issued only on some ranks.")
+HINT_ZH = ("查看被等待的 Rank 在做什么（它的调用栈）：数据加载、Checkpoint I/O、提前退出训练循环（数据分片不均："
+           "使用 drop_last 或等长的 DistributedSampler），或只在部分 Rank 上调用的集合通信。")
+
+
+@hookimpl
+def forensics_graph_findings(incident, analysis):
+    if not analysis.sinks or not analysis.waiting:
+        return []
+    sinks = analysis.sinks
+    top = analysis.waiters_of.get(sinks[0], 0)
+    described = []
+    for rank in sinks[:8]:
+        state = incident.ranks.get(rank)
+        doing = state.activity if state is not None else "no artifact at all"
+        described.append(f"rank {rank}: {doing}")
+    evidence = tuple(incident.ranks[r].evidence for r in sinks[:8]
+                     if r in incident.ranks and incident.ranks[r].evidence)
+    evidence += tuple(s.evidence for s in incident.stuck if s.evidence)[:4]
+    if incident.stuck:
+        why = "; ".join(s.detail for s in incident.stuck[:3])
+        why_zh = "；".join(s.detail_zh or s.detail for s in incident.stuck[:3])
+        return [Finding(
+            ID, "missing_rank", "error", tuple(sorted(sinks)),
+            f"{len(analysis.waiting)} rank(s) wait for rank {compact(sinks)}, which is alive but not in "
+            f"the call ({', '.join(described)}). The job is stuck ({why}).",
+            evidence, HINT,
+            f"{len(analysis.waiting)} 个 Rank 在等待 Rank {compact(sinks)}，它仍然存活却没有进入该通信调用"
+            f"（{', '.join(described)}）。作业已卡住（{why_zh}）。", HINT_ZH)]
+    return [Finding(
+        "waiting-on-progressing-rank", "waiting_on_progressing_rank", "info", tuple(sorted(sinks)),
+        f"{len(analysis.waiting)} rank(s) wait for rank {compact(sinks)} ({', '.join(described)}); in a "
+        f"single snapshot that is normal progress. If the job is stuck, rerun with --hung "
+        f"(most waited on: {top} rank(s)).",
+        evidence, HINT,
+        f"{len(analysis.waiting)} 个 Rank 在等待 Rank {compact(sinks)}（{', '.join(described)}）；单个快照中这属于正常推进。"
+        f"若作业确实卡住，请加 --hung 重新分析。", HINT_ZH)]
