@@ -1,0 +1,141 @@
+"""The root-cause narrative, in English and Chinese.
+
+It reads like an on-call engineer's incident note: what is stuck, who
+everyone waits for, why that hangs, the evidence with file:line, and what to
+do next. Deterministic: the same report gives the same words.
+"""
+
+from __future__ import annotations
+
+from .model import path_label
+from .ranges import compact
+
+LANGS = ("en", "zh")
+MAX_EVIDENCE = 6
+
+_HEADLINE = {
+    "deadlock": ("Deadlock: ranks {ranks} wait on each other in a cycle ({cycle}).",
+                 "死锁：Rank {ranks} 形成循环等待（{cycle}）。"),
+    "cross_stream_cycle": ("Deadlock: CUDA streams of rank {ranks} wait on each other's events in a cycle "
+                           "({cycle}).",
+                           "死锁：Rank {ranks} 的 CUDA Stream 通过 Event 形成循环等待（{cycle}）。"),
+    "collective_mismatch": ("Collective mismatch: rank {ranks} called a different collective than the rest "
+                            "of its group at the same position.",
+                            "集合通信失配：Rank {ranks} 在同一位置调用了与组内其他 Rank 不同的集合通信。"),
+    "dead_rank": ("Dead rank: rank {ranks} has exited while others still wait for it.",
+                  "成员退出：Rank {ranks} 已退出，其他 Rank 仍在等待它。"),
+    "missing_rank": ("Missing rank: everyone waits for rank {ranks}, which never joined the call.",
+                     "成员缺失：所有人都在等待 Rank {ranks}，它始终没有进入该通信调用。"),
+    "network_fault": ("Network fault: every member joined but nothing completes; the first transport "
+                      "error came from rank {ranks}.",
+                      "网络故障：所有成员都已加入但通信无法完成；最早的传输错误来自 Rank {ranks}。"),
+}
+
+_WHY = {
+    "p2p_circular_wait": (
+        "A blocking send completes only when its peer posts the matching recv, whatever the tensor "
+        "size. Every rank on the cycle called send (or recv) first, so none of them ever reaches the "
+        "call its peer needs.",
+        "阻塞的 send 只有在对端发出匹配的 recv 后才能完成，与张量大小无关。环上的每个 Rank 都先调用了 send（或 recv），"
+        "因此没有一方能走到对端所需要的那个调用。"),
+    "circular_wait": (
+        "Each rank on the cycle is blocked in a call that needs the next one, which is itself blocked "
+        "in a different call or group: the calls were issued in an order that differs between ranks.",
+        "环上每个 Rank 阻塞在需要下一个 Rank 参与的调用中，而后者阻塞在另一个调用或通信组中：各 Rank 发起调用的顺序不一致。"),
+    "cross_stream_cycle": (
+        "Computation and communication run on different CUDA streams; each stream's head waits on an "
+        "event that only the other stream will record, so the GPU scheduler can run neither.",
+        "计算与通信运行在不同的 CUDA Stream 上；每条流的队首都在等待只有另一条流才会 record 的 Event，GPU 调度器两条都无法推进。"),
+    "collective_mismatch": (
+        "All ranks of a process group must call the same collectives in the same order. At this "
+        "position they disagree, so each side waits for partners that are inside a different call.",
+        "同一进程组的所有 Rank 必须以相同顺序调用相同的集合通信。在这个位置它们不一致，每一方都在等待正处于另一个调用中的伙伴。"),
+    "dead_rank": (
+        "A collective or point-to-point call needs every participant; a participant that exited will "
+        "never arrive, and without a timeout the others wait forever.",
+        "集合通信或点对点通信需要所有参与方；已退出的参与方永远不会到达，没有超时的话其他 Rank 会永远等待。"),
+    "missing_rank": (
+        "The waiting ranks are inside a collective the awaited rank has not called: it is alive but "
+        "busy elsewhere (computation, data loading, I/O, or an early exit from the loop).",
+        "等待中的 Rank 已进入集合通信，而被等待的 Rank 尚未调用它：它仍然存活，但在做别的事（计算、数据加载、I/O，或提前退出了循环）。"),
+    "network_fault": (
+        "Everyone joined the same call, so the ranks agree; the transport between them failed, and "
+        "later errors on other ranks are knock-on effects of the first.",
+        "所有人都进入了同一个调用，说明各 Rank 的调用一致；是它们之间的传输失败了，其他 Rank 上较晚的错误只是第一个错误的连锁反应。"),
+}
+
+_LABELS = {
+    "en": {"evidence": "Evidence", "next": "Next", "decided": "Judged stuck because",
+           "more": "… and {n} more", "none": "(no file evidence)",
+           "healthy": "No hang found: {n} rank(s) examined, none is blocked in a way that cannot resolve.",
+           "healthy_wait": " {w} rank(s) are waiting on ranks that are still working, which is normal "
+                           "progress in a single snapshot; rerun with --hung if the job is stuck.",
+           "inconclusive": "Inconclusive: the artifacts show no rank waiting on another, so there is "
+                           "nothing to explain the hang.",
+           "inconclusive_empty": "Inconclusive: no rank states were found in the artifacts.",
+           "stuck": "{s} of {n} rank(s) can never progress.",
+           "all_joined": " {b} rank(s) are inside communication calls that every member has joined, yet "
+                         "the job is stuck: suspect the transport (network fault) and collect "
+                         "NCCL_DEBUG=INFO logs or Flight Recorder dumps."},
+    "zh": {"evidence": "证据", "next": "下一步", "decided": "判定为卡住的依据",
+           "more": "……另有 {n} 条", "none": "（无文件证据）",
+           "healthy": "未发现挂起：检查了 {n} 个 Rank，没有 Rank 处于无法解除的阻塞中。",
+           "healthy_wait": "其中 {w} 个 Rank 正在等待仍在工作的 Rank，单个快照中这属于正常推进；若作业确实卡住，请加 --hung 重新分析。",
+           "inconclusive": "无法判定：产物中没有任何 Rank 在等待其他 Rank，无法解释挂起。",
+           "inconclusive_empty": "无法判定：产物中没有找到任何 Rank 的状态。",
+           "stuck": "{n} 个 Rank 中有 {s} 个永远无法推进。",
+           "all_joined": "有 {b} 个 Rank 处于所有成员都已加入的通信调用中，但作业仍然卡住：怀疑是传输层（网络故障），"
+                         "请收集 NCCL_DEBUG=INFO 日志或 Flight Recorder dump。"},
+}
+
+
+def narrative(report, lang: str = "en") -> str:
+    zh = lang == "zh"
+    labels = _LABELS["zh" if zh else "en"]
+    lead = report.root_cause.finding
+    n_ranks = len(report.incident.ranks)
+    if lead is None:
+        if report.verdict == "inconclusive":
+            if not n_ranks:
+                return labels["inconclusive_empty"]
+            blocked = sum(1 for s in report.incident.ranks.values() if s.is_blocked)
+            text = labels["inconclusive"]
+            if blocked:
+                text += labels["all_joined"].format(b=blocked)
+            return text
+        text = labels["healthy"].format(n=n_ranks)
+        waiting = len(report.analysis.waiting)
+        if waiting:
+            text += labels["healthy_wait"].format(w=waiting)
+        return text
+
+    cycle = report.cycles[0] if report.cycles else []
+    headline = _HEADLINE.get(lead.kind, _HEADLINE.get(report.verdict, ("{ranks}", "{ranks}")))[1 if zh else 0]
+    lines = [headline.format(ranks=compact(report.culprit_ranks), cycle=path_label(cycle))]
+    stuck_ranks = [n for n in report.analysis.stuck if isinstance(n, int)]
+    if stuck_ranks:
+        lines.append(labels["stuck"].format(s=len(stuck_ranks), n=n_ranks))
+    lines.append(lead.message_zh if zh and lead.message_zh else lead.message)
+    why = _WHY.get(lead.kind)
+    if why:
+        lines.append(why[1 if zh else 0])
+    if report.decided_by:
+        reasons = "; ".join(_signal_text(s, zh) for s in report.decided_by[:3])
+        lines.append(f"{labels['decided']}: {reasons}.")
+    lines.append(f"{labels['evidence']}:")
+    if lead.evidence:
+        for item in lead.evidence[:MAX_EVIDENCE]:
+            lines.append(f"  - {item.cite()}: {item.text}")
+        if len(lead.evidence) > MAX_EVIDENCE:
+            lines.append("  " + labels["more"].format(n=len(lead.evidence) - MAX_EVIDENCE))
+    else:
+        lines.append("  " + labels["none"])
+    hint = lead.hint_zh if zh and lead.hint_zh else lead.hint
+    if hint:
+        lines.append(f"{labels['next']}: {hint}")
+    return "\n".join(lines)
+
+
+def _signal_text(signal, zh: bool) -> str:
+    where = f" ({signal.evidence.cite()})" if signal.evidence else ""
+    return f"{signal.detail_zh if zh and signal.detail_zh else signal.detail}{where}"

@@ -1,0 +1,170 @@
+"""Replay a corpus of past incidents and check each diagnosis still holds.
+
+Each incident is a folder holding its artifacts and an `expected.yaml`:
+
+    verdict: deadlock                 # required
+    culprit_ranks: [0, 1]             # exact set, when given
+    cycles: [[0, 1, 0]]               # exact witness cycles, when given
+    findings: [p2p-circular-wait]     # rule ids that must be among the findings
+    absent_findings: [missing-rank]   # rule ids that must not be
+    decided_by: [cli_hung]            # stuck-signal kinds that must be cited
+    narrative_contains: ["0 → 1 → 0"] # fragments of the English narrative
+    args: {hung: true}                # analysis options
+    xfail: "reason"                   # a known miss: reported, not a failure
+
+Incidents that rely on a plugin or option not available here fail loudly
+rather than pass silently.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from xml.sax.saxutils import escape, quoteattr
+
+import yaml
+
+from .ingest.textio import InputError
+from .report.json_report import node_json
+
+EXPECTED = "expected.yaml"
+_KNOWN_KEYS = {"description", "verdict", "culprit_ranks", "cycles", "findings", "absent_findings",
+               "decided_by", "narrative_contains", "args", "xfail", "scenario", "how",
+               "captured_with", "regenerate", "notes", "compressed"}
+
+
+@dataclass
+class CaseResult:
+    name: str
+    path: str
+    status: str  # pass | fail | xfail | xpass | error
+    expected: str = ""
+    got: str = ""
+    problems: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def find_incidents(root: str) -> list[str]:
+    if os.path.isfile(os.path.join(root, EXPECTED)):
+        return [root]
+    found = []
+    for folder, dirs, files in os.walk(root):
+        dirs.sort()
+        if EXPECTED in files:
+            found.append(folder)
+            dirs[:] = []  # an incident's own sub-folders are its artifacts
+    return found
+
+
+def load_expected(path: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = yaml.load(handle, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        raise InputError(path, f"invalid YAML: {exc.problem}", mark.line + 1 if mark else 0) from None
+    except (OSError, yaml.YAMLError) as exc:
+        raise InputError(path, f"cannot read: {exc}") from None
+    if not isinstance(data, dict) or "verdict" not in data:
+        raise InputError(path, "expected.yaml must be a mapping with at least 'verdict'", 1)
+    unknown = set(data) - _KNOWN_KEYS
+    if unknown:
+        raise InputError(path, f"unknown key(s): {', '.join(sorted(unknown))}", 1)
+    return data
+
+
+def check(report, expected: dict) -> list[str]:
+    problems = []
+    if report.verdict != expected["verdict"]:
+        problems.append(f"verdict {report.verdict!r}, expected {expected['verdict']!r}")
+    if "culprit_ranks" in expected and sorted(report.culprit_ranks) != sorted(expected["culprit_ranks"]):
+        problems.append(f"culprit_ranks {report.culprit_ranks}, expected {expected['culprit_ranks']}")
+    if "cycles" in expected:
+        got = [[node_json(n) for n in c] for c in report.cycles]
+        want = [list(c) for c in expected["cycles"]]
+        if got != want:
+            problems.append(f"cycles {got}, expected {want}")
+    rules = {f.rule for f in report.findings}
+    for rule in expected.get("findings", []) or []:
+        if rule not in rules:
+            problems.append(f"finding {rule!r} missing (got {sorted(rules)})")
+    for rule in expected.get("absent_findings", []) or []:
+        if rule in rules:
+            problems.append(f"finding {rule!r} present but must not be")
+    kinds = {s.kind for s in report.decided_by}
+    for kind in expected.get("decided_by", []) or []:
+        if kind not in kinds:
+            problems.append(f"not decided by {kind!r} (got {sorted(kinds)})")
+    narrative = report.root_cause.narrative.get("en", "")
+    for fragment in expected.get("narrative_contains", []) or []:
+        if fragment not in narrative:
+            problems.append(f"narrative lacks {fragment!r}")
+    return problems
+
+
+def run_case(folder: str, plugins_factory) -> CaseResult:
+    import time
+
+    from . import analyze
+
+    name = os.path.basename(os.path.normpath(folder))
+    started = time.perf_counter()
+    try:
+        expected = load_expected(os.path.join(folder, EXPECTED))
+        args = expected.get("args") or {}
+        report = analyze(folder, hung=bool(args.get("hung")), plugins=plugins_factory())
+    except InputError as exc:
+        return CaseResult(name, folder, "error", problems=[str(exc)],
+                          seconds=time.perf_counter() - started)
+    problems = check(report, expected)
+    xfail = expected.get("xfail")
+    if xfail:
+        status = "xpass" if not problems else "xfail"
+        problems = problems or [f"expected to fail ({xfail}) but passed: remove xfail"]
+    else:
+        status = "fail" if problems else "pass"
+    return CaseResult(name, folder, status, expected["verdict"], report.verdict, problems,
+                      time.perf_counter() - started)
+
+
+def replay(root: str, plugins_factory) -> list[CaseResult]:
+    return [run_case(folder, plugins_factory) for folder in find_incidents(root)]
+
+
+def failed(results: list[CaseResult]) -> bool:
+    return any(r.status in ("fail", "error", "xpass") for r in results)
+
+
+def table(results: list[CaseResult]) -> str:
+    width = max([len(r.name) for r in results] + [8])
+    lines = [f"{'incident'.ljust(width)}  {'status':6}  {'expected':20}  got"]
+    for r in results:
+        lines.append(f"{r.name.ljust(width)}  {r.status:6}  {r.expected:20}  {r.got}")
+        for problem in r.problems:
+            lines.append(f"{'':{width}}    - {problem}")
+    counts = {s: sum(1 for r in results if r.status == s) for s in ("pass", "fail", "error", "xfail", "xpass")}
+    lines.append(f"{counts['pass']} passed, {counts['fail'] + counts['error'] + counts['xpass']} failed"
+                 + (f", {counts['xfail']} xfailed" if counts["xfail"] else ""))
+    return "\n".join(lines) + "\n"
+
+
+def junit(results: list[CaseResult]) -> str:
+    failures = sum(1 for r in results if r.status in ("fail", "xpass"))
+    errors = sum(1 for r in results if r.status == "error")
+    skipped = sum(1 for r in results if r.status == "xfail")
+    total = sum(r.seconds for r in results)
+    out = ['<?xml version="1.0" encoding="utf-8"?>',
+           f'<testsuite name="forensics-replay" tests="{len(results)}" failures="{failures}" '
+           f'errors="{errors}" skipped="{skipped}" time="{total:.3f}">']
+    for r in results:
+        out.append(f'  <testcase classname="corpus" name={quoteattr(r.name)} time="{r.seconds:.3f}">')
+        body = escape("\n".join(r.problems))
+        if r.status in ("fail", "xpass"):
+            out.append(f'    <failure message={quoteattr(r.problems[0] if r.problems else "")}>{body}</failure>')
+        elif r.status == "error":
+            out.append(f'    <error message={quoteattr(r.problems[0] if r.problems else "")}>{body}</error>')
+        elif r.status == "xfail":
+            out.append(f'    <skipped message={quoteattr("known miss")}>{body}</skipped>')
+        out.append("  </testcase>")
+    out.append("</testsuite>")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,61 @@
+"""The stable JSON contract, `forensics.report/1` (see DESIGN.md)."""
+
+from __future__ import annotations
+
+import json
+
+from ..model import node_label
+
+SCHEMA = "forensics.report/1"
+MAX_WAITING_FOR = 64
+
+
+def node_json(node):
+    return node if isinstance(node, int) else node_label(node)
+
+
+def to_dict(report, lang: str = "en") -> dict:
+    analysis = report.analysis
+    ranks = {}
+    for rank, state in report.incident.ranks.items():
+        op = state.current_op
+        waits, n_waits = analysis.waits_of(rank, MAX_WAITING_FOR)
+        entry = {
+            "state": state.activity,
+            "op": op.op if op else None,
+            "group": (op.group or "0") if op else None,
+            "seq": op.seq if op else None,
+            "waiting_for": [node_json(n) for n in waits],
+            "can_progress": rank not in analysis.stuck and not state.is_dead,
+        }
+        if n_waits > len(waits):
+            entry["waiting_for_count"] = n_waits
+        if op and op.peers:
+            entry["peers"] = list(op.peers)
+        if state.evidence:
+            entry["evidence"] = state.evidence.to_json()
+        ranks[str(rank)] = entry
+    root = report.root_cause
+    return {
+        "schema": SCHEMA,
+        "verdict": report.verdict,
+        "culprit_ranks": list(report.culprit_ranks),
+        "cycles": [[node_json(n) for n in cycle] for cycle in report.cycles],
+        "root_cause": {
+            "kind": root.kind,
+            "ranks": list(root.ranks),
+            "rule": root.finding.rule if root.finding else None,
+            "narrative": root.narrative.get(lang, root.narrative.get("en", "")),
+            "narratives": dict(root.narrative),
+        },
+        "decided_by": [{"kind": s.kind, "detail": s.detail,
+                        "evidence": s.evidence.to_json() if s.evidence else None}
+                       for s in report.decided_by],
+        "findings": [f.to_json() for f in report.findings],
+        "ranks": ranks,
+        "diagnostics": [d.to_json() for d in report.diagnostics],
+    }
+
+
+def render(report, lang: str = "en") -> str:
+    return json.dumps(to_dict(report, lang), ensure_ascii=False, indent=1) + "\n"

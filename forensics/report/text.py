@@ -1,0 +1,83 @@
+"""Plain-text report for a terminal or a ticket."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from ..model import node_label, path_label
+from ..ranges import compact
+
+PER_RANK_LIMIT = 32
+DIAGNOSTICS_SHOWN = 10
+WAITS_SHOWN = 64
+
+
+def render(report, lang: str = "en") -> str:
+    zh = lang == "zh"
+    out = []
+    culprits = compact(report.culprit_ranks) if report.culprit_ranks else "-"
+    title = "结论" if zh else "verdict"
+    out.append(f"forensics {title}: {report.verdict.upper()}   culprit ranks: {culprits}")
+    for cycle in report.cycles[:5]:
+        out.append(("环路: " if zh else "cycle: ") + path_label(cycle))
+    out.append("")
+    out.append(report.root_cause.narrative.get(lang) or report.root_cause.narrative.get("en", ""))
+    out.append("")
+    out.extend(_ranks_section(report, zh))
+    if report.findings:
+        out.append("")
+        out.append("发现:" if zh else "Findings:")
+        for finding in report.findings:
+            message = finding.message_zh if zh and finding.message_zh else finding.message
+            out.append(f"  [{finding.severity}] {finding.rule}: {message}")
+    skipped = [d for d in report.diagnostics if d.severity == "info" and d.line == 0]
+    problems = [d for d in report.diagnostics if d not in skipped]
+    if skipped:
+        names = ", ".join(d.path for d in skipped[:5]) + (" …" if len(skipped) > 5 else "")
+        out.append("")
+        out.append((f"未识别的文件 {len(skipped)} 个: " if zh else f"Not read ({len(skipped)} file(s)): ") + names)
+    if problems:
+        out.append("")
+        out.append(("诊断信息" if zh else "Diagnostics") + f" ({len(problems)}):")
+        for diag in problems[:DIAGNOSTICS_SHOWN]:
+            where = f"{diag.path}:{diag.line}" if diag.line else diag.path
+            out.append(f"  {where}: {diag.message}")
+        if len(problems) > DIAGNOSTICS_SHOWN:
+            out.append(f"  … {len(problems) - DIAGNOSTICS_SHOWN} more (--format json lists all)")
+    return "\n".join(out) + "\n"
+
+
+def _describe(report, rank, state):
+    op = state.current_op
+    waits, total = report.analysis.waits_of(rank, WAITS_SHOWN)
+    shown = ",".join(node_label(w) for w in waits if not isinstance(w, int))
+    ranks = compact(w for w in waits if isinstance(w, int)) if any(isinstance(w, int) for w in waits) else ""
+    text = ",".join(part for part in (ranks, shown) if part) or "-"
+    if total > len(waits):
+        text += f" … ({total} in all)"
+    return (state.activity, op.op if op else "-", (op.group or "0") if op else "-",
+            "-" if op is None or op.seq is None else str(op.seq), text)
+
+
+def _ranks_section(report, zh):
+    ranks = report.incident.ranks
+    header = ("rank", "state", "op", "group", "seq", "waits for")
+    if len(ranks) <= PER_RANK_LIMIT:
+        rows = [(str(r),) + _describe(report, r, s) for r, s in ranks.items()]
+        title = f"各 Rank 状态 ({len(ranks)}):" if zh else f"Ranks ({len(ranks)}):"
+    else:
+        classes = defaultdict(list)
+        for rank, state in ranks.items():
+            classes[_describe(report, rank, state)].append(rank)
+        ordered = sorted(classes.items(), key=lambda kv: (-len(kv[1]), kv[1][0]))
+        rows = [(compact(members),) + key for key, members in ordered[:20]]
+        if len(ordered) > 20:
+            rows.append((f"… {len(ordered) - 20} more classes", "", "", "", "", ""))
+        header = ("ranks",) + header[1:]
+        title = (f"各 Rank 状态（{len(ranks)} 个，按状态归类）:" if zh
+                 else f"Ranks ({len(ranks)}, grouped by state):")
+    widths = [max(len(str(row[i])) for row in rows + [header]) for i in range(len(header))]
+    lines = [title, "  " + "  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip()]
+    for row in rows:
+        lines.append("  " + "  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip())
+    return lines
