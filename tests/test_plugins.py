@@ -1,0 +1,129 @@
+"""Plugins go through the same hooks as the built-ins, and a broken one is a diagnostic."""
+
+import json
+import textwrap
+
+from forensics import hookimpl
+from forensics.model import Finding, WaitEdge
+from forensics.plugins import Plugins
+
+from conftest import CORPUS
+from helpers import report_of
+
+HEALTHY_CHAIN = {0: {"current_op": "recv", "waiting_for_ranks": [1]},
+                 1: {"current_op": "recv", "waiting_for_ranks": [2]},
+                 2: {"current_op": "compute"}}
+
+
+class ComputeWaitsForRankZero:
+    """A team knows rank 2's 'compute' is really a blocking host-side wait on rank 0."""
+
+    @hookimpl
+    def forensics_wait_edges(self, incident):
+        return [WaitEdge(2, 0, reason="custom barrier in our framework", rule="team-barrier")]
+
+
+def test_plugin_edge_changes_the_verdict():
+    assert report_of(HEALTHY_CHAIN).verdict == "healthy"
+    plugins = Plugins(autoload=False, extra=(ComputeWaitsForRankZero(),))
+    report = report_of(HEALTHY_CHAIN, plugins=plugins)
+    assert report.verdict == "deadlock"
+    assert report.cycles == [[0, 1, 2, 0]]
+    edge = report.analysis.graph.edges[2, 0]["edges"][0]
+    assert edge.rule == "team-barrier"
+
+
+class Exploding:
+    @hookimpl
+    def forensics_findings(self, incident):
+        raise RuntimeError("bug in a team rule")
+
+
+class ExtraFinding:
+    @hookimpl
+    def forensics_findings(self, incident):
+        return [Finding("team-note", "note", "info", (1,), "rank 1 runs our old kernel")]
+
+
+def test_broken_plugin_is_a_diagnostic_and_others_still_run():
+    plugins = Plugins(autoload=False, extra=(Exploding(), ExtraFinding()))
+    report = report_of(HEALTHY_CHAIN, plugins=plugins)
+    assert report.verdict == "healthy"
+    assert any(f.rule == "team-note" for f in report.findings)
+    assert any("bug in a team rule" in d.message for d in report.diagnostics)
+
+
+def _install_fake_dist(root, module_source, module_name="team_plugin"):
+    (root / f"{module_name}.py").write_text(textwrap.dedent(module_source))
+    dist = root / f"{module_name}-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {module_name}\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(f"[forensics]\nteam = {module_name}\n")
+
+
+PLUGIN_SOURCE = """
+    from forensics import hookimpl
+    from forensics.model import WaitEdge
+
+    @hookimpl
+    def forensics_wait_edges(incident):
+        return [WaitEdge(2, 0, reason="from an entry point", rule="ep-edge")]
+"""
+
+
+def test_entry_point_plugin_is_autoloaded(run_cli, tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    _install_fake_dist(site, PLUGIN_SOURCE)
+    env = {"PYTHONPATH": str(site), "FORENSICS_DISABLE_PLUGIN_AUTOLOAD": ""}
+    with_plugin = run_cli("analyze", CORPUS / "seed_healthy_chain", "-f", "json", env=env)
+    assert json.loads(with_plugin.stdout)["verdict"] == "deadlock"
+    disabled = run_cli("analyze", CORPUS / "seed_healthy_chain", "-f", "json",
+                       env={**env, "FORENSICS_DISABLE_PLUGIN_AUTOLOAD": "1"})
+    assert json.loads(disabled.stdout)["verdict"] == "healthy"
+    no_plugins = run_cli("analyze", CORPUS / "seed_healthy_chain", "-f", "json", "--no-plugins", env=env)
+    assert json.loads(no_plugins.stdout)["verdict"] == "healthy"
+
+
+def test_entry_point_that_fails_to_import_is_a_diagnostic(run_cli, tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    _install_fake_dist(site, "raise ImportError('missing dependency of the team plugin')\n")
+    env = {"PYTHONPATH": str(site), "FORENSICS_DISABLE_PLUGIN_AUTOLOAD": ""}
+    result = run_cli("analyze", CORPUS / "seed_p2p_deadlock", "-f", "json", env=env)
+    assert result.returncode == 1
+    report = json.loads(result.stdout)
+    assert report["verdict"] == "deadlock"
+    assert any("missing dependency of the team plugin" in d["message"] for d in report["diagnostics"])
+
+
+def test_a_team_parser_can_claim_a_new_kind(tmp_path):
+    from forensics import analyze
+    from forensics.ingest.facts import Facts
+    from forensics.model import CommOp, Evidence, RankState
+
+    class CsvParser:
+        @hookimpl
+        def forensics_sniff(self, path, head):
+            return "team-csv" if head.startswith(b"rank,op,peer") else None
+
+        @hookimpl
+        def forensics_parse(self, artifact):
+            if artifact.kind != "team-csv":
+                return None
+            facts = Facts("team-csv", artifact.display)
+            with open(artifact.path) as handle:
+                for number, line in enumerate(handle, 1):
+                    if number == 1:
+                        continue
+                    rank, op, peer = line.strip().split(",")
+                    ev = Evidence(artifact.display, number, line.strip())
+                    facts.ranks.append(RankState(int(rank), activity="blocked",
+                                                 current_op=CommOp(op, peers=(int(peer),), evidence=ev),
+                                                 evidence=ev))
+            return facts
+
+    (tmp_path / "ours.csv").write_text("rank,op,peer\n0,send,1\n1,send,0\n")
+    report = analyze(tmp_path, plugins=Plugins(autoload=False, extra=(CsvParser(),)))
+    assert report.verdict == "deadlock"
+    assert report.findings[0].evidence[0].cite() == "ours.csv:2"
