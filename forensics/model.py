@@ -49,20 +49,59 @@ class Diagnostic:
 
 @dataclass(frozen=True, slots=True)
 class Frame:
+    """One stack frame. `line` is the source line; `at` is where the frame
+    sits in the dump, as an offset from its thread's header line, so that
+    identical thread blocks of ten thousand ranks can share one parsed tuple.
+    `locals` holds (name, repr) pairs from py-spy --locals or gdb arguments."""
+
     function: str
     file: str = ""
     line: int = 0
     library: str = ""
     native: bool = False
+    at: int = 0
+    locals: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class ThreadStack:
+    """A thread's frames, innermost first. `evidence` is its header line."""
+
     tid: str
     name: str = ""
     active: bool | None = None
     frames: tuple[Frame, ...] = ()
     evidence: Evidence | None = None
+    status: str = ""  # py-spy: idle | active | active+gil; gdb: ""
+
+    def cite(self, frame: Frame) -> Evidence | None:
+        """Evidence (file:line of the dump) for one of this thread's frames."""
+        if self.evidence is None:
+            return None
+        line = self.evidence.line + frame.at if self.evidence.line else 0
+        where = f"{frame.function} ({frame.file}:{frame.line})" if frame.file else frame.function
+        return Evidence(self.evidence.path, line, where)
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessDump:
+    """One process's stacks as a dump tool printed them (py-spy, gdb).
+
+    Rank attribution and classification happen later, in ingest: a parser
+    reports what the file says, nothing more. `rank_hint` is a rank the dump
+    itself states (e.g. a `rank`/`RANK` local); None when it does not.
+    """
+
+    source: str  # "py-spy" | "py-spy-json" | "gdb"
+    path: str
+    pid: int | None = None
+    host: str = ""
+    command: str = ""
+    python: str = ""
+    threads: tuple[ThreadStack, ...] = ()
+    evidence: Evidence | None = None
+    rank_hint: int | None = None
+    truncated: bool = False
 
 
 # --------------------------------------------------------------------------
@@ -256,6 +295,8 @@ class Incident:
     artifacts: tuple[Artifact, ...] = ()
     diagnostics: tuple[Diagnostic, ...] = ()
     stuck: tuple[StuckSignal, ...] = ()
+    # Stack dumps no rank could be attributed to: still shown, never dropped.
+    unattributed: tuple[ProcessDump, ...] = ()
 
     def members(self, group: str) -> tuple[int, ...]:
         """Global ranks of `group`; the world when the group is unknown."""

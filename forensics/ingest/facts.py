@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..model import Diagnostic, ProcessGroup, RankState, StuckSignal
+from ..model import Diagnostic, ProcessDump, ProcessGroup, RankState, StuckSignal
 
 
 @dataclass(slots=True)
@@ -15,6 +15,8 @@ class Facts:
     groups: list[ProcessGroup] = field(default_factory=list)
     diagnostics: list[Diagnostic] = field(default_factory=list)
     stuck: list[StuckSignal] = field(default_factory=list)
+    # Stack dumps (py-spy, gdb): attributed to ranks and classified in ingest.
+    processes: list[ProcessDump] = field(default_factory=list)
     # When the artifact was taken (epoch seconds), for ordering snapshots of
     # the same ranks; None when the artifact does not say.
     observed_at: float | None = None
