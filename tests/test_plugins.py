@@ -29,7 +29,8 @@ def test_plugin_edge_changes_the_verdict():
     report = report_of(HEALTHY_CHAIN, plugins=plugins)
     assert report.verdict == "deadlock"
     assert report.cycles == [[0, 1, 2, 0]]
-    edge = report.analysis.graph.edges[2, 0]["edges"][0]
+    from forensics.graph import edges_between
+    edge = edges_between(report.analysis.graph, 2, 0)[0]
     assert edge.rule == "team-barrier"
 
 

@@ -8,7 +8,7 @@ receive from any source waits on any one member (OR)."""
 from __future__ import annotations
 
 from ..hookspecs import hookimpl
-from ..model import AND, OR, WaitEdge
+from ..model import AND, OR, UNIDENTIFIED_GROUP, WaitEdge
 from ._semantics import describe_op, has_arrived, rank_evidence
 
 ID = "comm-waits"
@@ -17,19 +17,24 @@ ID = "comm-waits"
 @hookimpl
 def forensics_wait_edges(incident):
     edges = []
-    expanded: set = set()
+    expanded: dict = {}
     for rank in sorted(incident.ranks):
         state = incident.ranks[rank]
         op = state.current_op
         if state.declared_waits is not None or not state.is_blocked:
             continue
         evidence = rank_evidence(state)
+        if op.is_collective and op.group.startswith(UNIDENTIFIED_GROUP):
+            continue  # members unknown: claiming whom it waits for would be a guess
         if op.is_collective:
             node = ("coll", op.group or "0", op.seq if op.seq is not None else "?")
-            edges.append(WaitEdge(rank, node, AND, f"rank {rank} is in {describe_op(op)}", ID, evidence))
-            if node in expanded:
+            reason = expanded.get(node)
+            if reason is not None:
+                edges.append(WaitEdge(rank, node, AND, reason, ID, evidence))
                 continue
-            expanded.add(node)
+            # One reason string per collective instance: shared by all its waiters.
+            reason = expanded[node] = f"in {describe_op(op)}"
+            edges.append(WaitEdge(rank, node, AND, reason, ID, evidence))
             for member in incident.members(op.group):
                 if member != rank and not has_arrived(incident, state, member):
                     edges.append(WaitEdge(

@@ -4,6 +4,7 @@ cycle can release it, so it needs no further evidence of a hang."""
 
 from __future__ import annotations
 
+from ..graph import edges_between
 from ..hookspecs import hookimpl
 from ..model import Finding, node_label, node_rank, path_label
 from ..ranges import compact
@@ -60,8 +61,7 @@ def forensics_graph_findings(incident, analysis):
             else:
                 steps.append(f"stream {node_label(here)} waits for {node_label(there)}")
                 steps_zh.append(f"Stream {node_label(here)} 等待 {node_label(there)}")
-            edge = analysis.graph.get_edge_data(here, there)
-            for wait in (edge or {}).get("edges", []):
+            for wait in edges_between(analysis.graph, here, there):
                 evidence.extend(e for e in wait.evidence if e not in evidence)
         if len(pairs) > MAX_STEPS:
             steps.append(f"… {len(pairs) - MAX_STEPS} more waits around the cycle")
