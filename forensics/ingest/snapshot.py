@@ -16,16 +16,16 @@ file name. Every rank cites the line of its key.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from datetime import datetime
-from json.decoder import JSONDecodeError, scanstring
+from json.decoder import JSONDecodeError
 
 import yaml
 
 from .. import model as m
 from ..model import Evidence
+from . import jsonwalk
 from .facts import Facts
 from .textio import InputError, looks_binary, read_text
 
@@ -95,83 +95,36 @@ def states_from_mapping(mapping: dict, source: str = "<rank_states>") -> Facts:
 
 # ---------------------------------------------------------------- JSON with lines
 
-_WS = re.compile(r"[ \t\n\r]*")
-_DECODER = json.JSONDecoder()
-
-
 def _json_members(text: str) -> tuple[dict, dict]:
     """Parse a JSON object, recording the line of each top-level key (and of
     each key under a top-level "ranks" object). Values are decoded by the C
-    scanner; only the two levels we cite are walked here."""
-    line_of = _LineCounter(text)
-    start = _WS.match(text, 0).end()
-    top, top_lines, end = _object(text, start, line_of, nested_key="ranks")
-    end = _WS.match(text, end).end()
+    scanner; only the two levels we cite are walked by hand."""
+    line_of = jsonwalk.LineCounter(text)
+    nested = {}
+
+    def ranks_object(text, pos):
+        if text[pos:pos + 1] != "{":
+            return jsonwalk.decode_at(text, pos)
+        values, offsets, end = jsonwalk.walk_object(text, pos)
+        nested["ranks"] = _lines(offsets, line_of)
+        return values, end
+
+    start = jsonwalk.skip_ws(text, 0)
+    top, offsets, end = jsonwalk.walk_object(text, start, {"ranks": ranks_object})
+    end = jsonwalk.skip_ws(text, end)
     if end != len(text):
         raise JSONDecodeError("extra data after the snapshot", text, end)
-    lines = {"": top_lines}
-    if isinstance(top.get("ranks"), tuple):
-        ranks, rank_lines = top["ranks"]
-        top["ranks"] = ranks
-        lines["ranks"] = rank_lines
-    return top, lines
+    return top, {"": _lines(offsets, line_of), **nested}
 
 
-def _object(text, pos, line_of, nested_key=None):
-    if text[pos:pos + 1] != "{":
-        raise JSONDecodeError("expected an object", text, pos)
-    values: dict = {}
+def _lines(offsets, line_of) -> dict:
     lines: dict = {}
-    pos = _WS.match(text, pos + 1).end()
-    if text[pos:pos + 1] == "}":
-        return values, lines, pos + 1
-    while True:
-        if text[pos:pos + 1] != '"':
-            raise JSONDecodeError("expected a quoted key", text, pos)
-        key_pos = pos
-        key, pos = scanstring(text, pos + 1)
-        pos = _WS.match(text, pos).end()
-        if text[pos:pos + 1] != ":":
-            raise JSONDecodeError("expected ':'", text, pos)
-        pos = _WS.match(text, pos + 1).end()
-        if key == nested_key and text[pos:pos + 1] == "{":
-            inner, inner_lines, pos = _object(text, pos, line_of)
-            value = (inner, inner_lines)
-        else:
-            try:
-                value, pos = _DECODER.raw_decode(text, pos)
-            except JSONDecodeError:
-                raise
-            except ValueError as exc:  # e.g. int too large
-                raise JSONDecodeError(str(exc), text, pos) from None
-        if key in values:
-            lines.setdefault("__duplicates__", []).append((key, line_of(key_pos)))
-        values[key] = value
-        lines[key] = line_of(key_pos)
-        pos = _WS.match(text, pos).end()
-        sep = text[pos:pos + 1]
-        if sep == ",":
-            pos = _WS.match(text, pos + 1).end()
-            continue
-        if sep == "}":
-            return values, lines, pos + 1
-        raise JSONDecodeError("expected ',' or '}'", text, pos)
-
-
-class _LineCounter:
-    """Offset → 1-based line, for increasing offsets, in one pass over the text."""
-
-    def __init__(self, text: str):
-        self.text = text
-        self.offset = 0
-        self.line = 1
-
-    def __call__(self, pos: int) -> int:
-        if pos < self.offset:
-            return self.text.count("\n", 0, pos) + 1
-        self.line += self.text.count("\n", self.offset, pos)
-        self.offset = pos
-        return self.line
+    for key, offset in offsets:
+        line = line_of(offset)
+        if key in lines:
+            lines.setdefault("__duplicates__", []).append((key, line))
+        lines[key] = line
+    return lines
 
 
 # ---------------------------------------------------------------- YAML with lines
@@ -334,15 +287,17 @@ def _rank_state(rank: int, raw: dict, evidence: Evidence, facts: Facts) -> m.Ran
         if peers is None:
             warn("peers must be a list of rank numbers: ignored")
             peers = []
-        state_word = str(get("state") or "started").lower()
+        state_word = get("state") or "started"
+        if state_word not in _OP_STATES:
+            state_word = str(state_word).lower()
         if state_word not in _OP_STATES:
             warn(f"state {state_word!r} is not scheduled/started/completed: read as started")
             state_word = "started"
         current = m.CommOp(
             op=op, group="" if group is None else str(group), seq=seq, state=state_word,
             peers=tuple(peers),
-            any_source=get("any_source") is True or str(get("wait", "")).lower() == "any",
-            sizes=_sizes(get("sizes")), dtype=str(get("dtype") or ""),
+            any_source=get("any_source") is True or ("wait" in raw and str(raw["wait"]).lower() == "any"),
+            sizes=_sizes(get("sizes")) if "sizes" in raw else (), dtype=str(get("dtype") or ""),
             timeout_ms=_int_or_none(get("timeout_ms"), "timeout_ms", warn),
             elapsed_ms=_int_or_none(get("elapsed_ms"), "elapsed_ms", warn),
             evidence=evidence)
@@ -352,16 +307,17 @@ def _rank_state(rank: int, raw: dict, evidence: Evidence, facts: Facts) -> m.Ran
     if alive is False:
         activity = m.EXITED
 
-    stack = get("stack") or []
-    if not isinstance(stack, list):
+    stack = get("stack") or ()
+    if not isinstance(stack, (list, tuple)):
         warn("stack must be a list of frames: ignored")
-        stack = []
+        stack = ()
     streams, events = _streams(rank, raw, evidence, warn) if ("streams" in raw or "events" in raw) else ((), ())
-    progress = _progress(get("progress"), evidence, warn)
+    progress = _progress(get("progress"), evidence, warn) if "progress" in raw else {}
     return m.RankState(
         rank=rank, host=str(get("host") or ""), pid=_int_or_none(get("pid"), "pid", warn), alive=alive,
         activity=activity, current_op=current, declared_waits=declared,
-        stack=tuple(map(str, stack)), streams=streams, events=events,
+        stack=tuple(stack) if all(type(f) is str for f in stack) else tuple(map(str, stack)),
+        streams=streams, events=events,
         progress=progress, evidence=evidence)
 
 
@@ -423,6 +379,8 @@ def _int_list(value):
         return []
     if not isinstance(value, (list, tuple)):
         return None
+    if all(type(item) is int for item in value):
+        return list(value)
     out = []
     for item in value:
         if _is_int(item):
@@ -435,8 +393,8 @@ def _int_list(value):
 
 
 def _int_or_none(value, name, warn):
-    if value is None:
-        return None
+    if value is None or type(value) is int:
+        return value
     if _is_int(value):
         return value
     if isinstance(value, float) and math.isfinite(value) and value.is_integer():

@@ -1,0 +1,81 @@
+"""Rank maps a collector writes beside the dumps: pid_map.json, ranks.yaml,
+manifest.json. They say which pid (on which host) is which global rank.
+
+Accepted shapes (JSON or YAML):
+    {"ranks": {"3": {"pid": 1234, "host": "node07"}}}
+    {"3": {"pid": 1234, "host": "node07"}}
+    {"3": 1234}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import yaml
+
+from ..hookspecs import hookimpl
+from ..model import Evidence
+from .facts import Facts
+from .textio import InputError, read_text
+
+KIND = "rank-map"
+NAMES = {"pid_map.json", "pid_map.yaml", "ranks.yaml", "ranks.yml", "ranks.json",
+         "manifest.json", "manifest.yaml", "manifest.yml", "rank_map.json", "rank_map.yaml"}
+
+
+def sniff(path: str, head: bytes) -> bool:
+    return os.path.basename(path).lower() in NAMES and b"pid" in head
+
+
+def parse(path: str, display: str) -> Facts:
+    text = read_text(path)
+    facts = Facts(KIND, display)
+    try:
+        data = json.loads(text) if text.lstrip().startswith("{") else yaml.load(
+            text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except json.JSONDecodeError as exc:
+        raise InputError(display, f"invalid JSON: {exc.msg}", exc.lineno) from None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        raise InputError(display, f"invalid YAML: {exc.problem}", mark.line + 1 if mark else 0) from None
+    except yaml.YAMLError as exc:
+        raise InputError(display, f"invalid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise InputError(display, "a rank map must map ranks to pids", 1)
+    ranks = data.get("ranks", data)
+    if not isinstance(ranks, dict):
+        raise InputError(display, "'ranks' must map ranks to pids", 1)
+    lines = text.splitlines()
+    for key, value in ranks.items():
+        key_text = str(key)
+        if not key_text.lstrip("-").isdigit():
+            continue
+        pid, host = (value.get("pid"), str(value.get("host") or "")) if isinstance(value, dict) else (value, "")
+        if not isinstance(pid, int) or isinstance(pid, bool):
+            facts.diag(_line_of(lines, key_text), f"rank {key_text}: pid must be an integer, got {pid!r}")
+            continue
+        line = _line_of(lines, key_text)
+        facts.pid_ranks.append((host, pid, int(key_text),
+                                Evidence(display, line, lines[line - 1].strip() if line else key_text)))
+    return facts
+
+
+def _line_of(lines: list[str], key: str) -> int:
+    for number, line in enumerate(lines, 1):
+        stripped = line.strip()
+        if stripped.startswith((f'"{key}"', f"'{key}'", f"{key}:")):
+            return number
+    return 0
+
+
+@hookimpl
+def forensics_sniff(path, head):
+    return KIND if sniff(path, head) else None
+
+
+@hookimpl
+def forensics_parse(artifact):
+    if artifact.kind != KIND:
+        return None
+    return parse(artifact.path, artifact.display)
