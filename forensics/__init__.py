@@ -20,7 +20,7 @@ _SEED_RULES = (
 )
 
 
-def analyze(paths, hung: bool = False, plugins=None):
+def analyze(paths, hung: bool = False, plugins=None, jobs: int | None = None):
     """Read every artifact under `paths` and return the Report."""
     from .analysis import analyze_incident as _analyze
     from .ingest import load_incident
@@ -29,7 +29,7 @@ def analyze(paths, hung: bool = False, plugins=None):
     if isinstance(paths, (str, bytes)) or hasattr(paths, "__fspath__"):
         paths = [paths]
     plugins = plugins or Plugins()
-    incident = load_incident([str(p) for p in paths], plugins, hung=hung)
+    incident = load_incident([str(p) for p in paths], plugins, hung=hung, jobs=jobs)
     return _analyze(incident, plugins)
 
 

@@ -36,6 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     analyze.add_argument("--output", "-o", metavar="FILE", help="write the report here instead of stdout")
     analyze.add_argument("--no-plugins", action="store_true",
                          help="do not load third-party plugins from the 'forensics' entry points")
+    analyze.add_argument("--jobs", "-j", type=int, default=None, metavar="N",
+                         help="parse files in N processes (default: one per CPU)")
 
     replay = sub.add_parser("replay", help="re-diagnose a corpus of past incidents and compare "
                                            "with each one's expected.yaml")
@@ -85,7 +87,8 @@ def _analyze(args) -> int:
     from .report import render
 
     try:
-        report = analyze(args.paths, hung=args.hung, plugins=Plugins(autoload=False if args.no_plugins else None))
+        report = analyze(args.paths, hung=args.hung, jobs=args.jobs,
+                         plugins=Plugins(autoload=False if args.no_plugins else None))
     except InputError as exc:
         print(f"forensics: {exc}", file=sys.stderr)
         return EXIT_INPUT

@@ -7,6 +7,7 @@ what an earlier stage produced, and ten thousand ranks stay cheap.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Mapping, Union
 
@@ -131,6 +132,7 @@ _OP_ALIASES = {
 }
 
 
+@functools.lru_cache(maxsize=4096)
 def normalize_op(name: str | None) -> str:
     """`ALLREDUCE`, `nccl:all_reduce`, `AllReduce`, `allreduce` → `all_reduce`.
 
@@ -151,6 +153,11 @@ def is_collective(op: str) -> bool:
 
 def is_p2p(op: str) -> bool:
     return op in P2P_OPS
+
+
+# A group a stack dump shows only as an object address ("?0x7fc7…"): not the
+# default group, but whose members cannot be told from the dump.
+UNIDENTIFIED_GROUP = "?"
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,6 +232,7 @@ COMPUTING = "computing"
 DATA_LOADING = "data_loading"
 IO = "io"
 DEVICE_WAIT = "device_wait"
+LOCK_WAIT = "lock_wait"    # a lock, condition variable, queue or the GIL
 IDLE = "idle"
 EXITED = "exited"          # process gone (exit code, signal, alive: false)
 UNKNOWN = "unknown"
@@ -242,12 +250,15 @@ class RankState:
     # None when the artifact says nothing, () when it says "nobody".
     declared_waits: tuple[int, ...] | None = None
     threads: tuple[ThreadStack, ...] = ()
-    stack: tuple[str, ...] = ()
+    stack: tuple[str, ...] = ()  # main thread, outermost frame first
     streams: tuple[StreamState, ...] = ()
     events: tuple[EventRecord, ...] = ()
     progress: Mapping[str, GroupProgress] = field(default_factory=dict)
     log_events: tuple[Evidence, ...] = ()
     evidence: Evidence | None = None
+    # Why the rank is in this state, for people: the deciding frame and the
+    # job's own call site ("send (distributed_c10d.py:2753) ← send_activations (train.py:277)").
+    why: str = ""
 
     @property
     def is_dead(self) -> bool:

@@ -14,6 +14,9 @@ from .model import Diagnostic
 
 BUILTIN_PLUGINS = (
     "forensics.ingest.snapshot_plugin",
+    "forensics.ingest.manifest",
+    "forensics.ingest.pyspy",
+    "forensics.ingest.gdb",
     "forensics.rules.declared_waits",
     "forensics.rules.comm_waits",
     "forensics.rules.stream_waits",
@@ -33,10 +36,13 @@ class Plugins:
         self.pm = pluggy.PluginManager(hookspecs.PROJECT)
         self.pm.add_hookspecs(hookspecs)
         self.diagnostics: list[Diagnostic] = []
+        self.extra = tuple(extra)
+        self.builtins = tuple(builtins)
         for name in builtins:
             self.pm.register(importlib.import_module(name), name=name)
         if autoload is None:
             autoload = not os.environ.get(AUTOLOAD_OFF)
+        self.autoload = autoload
         if autoload:
             self._load_entry_points()
         for plugin in extra:
@@ -96,3 +102,10 @@ class Plugins:
             if out is not None:
                 return out
         return None
+
+    def clone_spec(self):
+        """What a worker process needs to build the same plugin set, or None
+        when it cannot (plugin objects given in-process do not travel)."""
+        if self.extra:
+            return None
+        return (self.autoload, self.builtins)

@@ -3,27 +3,18 @@
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import replace
 
 from .. import model as m
 from ..model import Artifact, Diagnostic, Incident, ProcessGroup, StuckSignal
+from . import stacks
+from .attribution import PidMap, attribute, rank_from_path
 from .facts import Facts
 from .textio import InputError, file_size, looks_binary, read_head
 
 __all__ = ["InputError", "discover", "load_incident", "merge", "rank_from_path"]
 
-_RANK_IN_PATH = re.compile(r"(?:^|[^a-z])rank[_\-.]?(\d{1,7})(?!\d)", re.IGNORECASE)
 _SKIP_DIRS = {".git", "__pycache__", ".hg", ".svn"}
-
-
-def rank_from_path(display: str) -> int | None:
-    """`rank3.pyspy.txt`, `rank_3/`, `node07-rank3-gdb.log`, `nccl_trace_rank_3` → 3.
-
-    The last `rank<N>` in the path wins (the file's own name over its folder's).
-    """
-    found = _RANK_IN_PATH.findall(display.replace(os.sep, "/"))
-    return int(found[-1]) if found else None
 
 
 def discover(paths, plugins) -> tuple[list[Artifact], list[Diagnostic]]:
@@ -73,20 +64,63 @@ def _sniff(path: str, display: str, plugins) -> tuple[str | None, str]:
     return None, "not a recognized artifact: skipped"
 
 
-def load_incident(paths, plugins, hung: bool = False) -> Incident:
+PARALLEL_MIN = 64  # below this many files, worker start-up costs more than it saves
+CHUNK = 32
+
+
+def _parse_one(artifact, plugins):
+    try:
+        parsed = plugins.first("forensics_parse", artifact=artifact)
+    except InputError as exc:
+        return ("error", exc.path, exc.message, exc.line)
+    if parsed is None:
+        return ("error", artifact.display, f"no parser for artifact kind {artifact.kind!r}", 0)
+    return parsed
+
+
+_WORKER_PLUGINS = None
+
+
+def _worker_init(spec):
+    global _WORKER_PLUGINS
+    from ..plugins import Plugins
+    autoload, builtins = spec
+    _WORKER_PLUGINS = Plugins(autoload=autoload, builtins=builtins)
+
+
+def _parse_chunk(chunk):
+    return [_parse_one(artifact, _WORKER_PLUGINS) for artifact in chunk], _WORKER_PLUGINS.diagnostics[:]
+
+
+def _parse_all(artifacts, plugins, jobs: int):
+    spec = plugins.clone_spec()
+    if jobs <= 1 or len(artifacts) < PARALLEL_MIN or spec is None:
+        return [_parse_one(a, plugins) for a in artifacts]
+    import concurrent.futures
+    import multiprocessing
+
+    chunks = [artifacts[i:i + CHUNK] for i in range(0, len(artifacts), CHUNK)]
+    results = []
+    context = multiprocessing.get_context("fork" if hasattr(os, "fork") else "spawn")
+    with concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=context,
+                                                initializer=_worker_init, initargs=(spec,)) as pool:
+        for parsed, worker_diagnostics in pool.map(_parse_chunk, chunks):
+            results.extend(parsed)
+            plugins.diagnostics.extend(d for d in worker_diagnostics if d not in plugins.diagnostics)
+    return results
+
+
+def load_incident(paths, plugins, hung: bool = False, jobs: int | None = None) -> Incident:
+    """Discover, parse (in parallel for many files) and merge."""
     artifacts, diagnostics = discover(paths, plugins)
     facts: list[Facts] = []
     errors: list[InputError] = []
-    for artifact in artifacts:
-        try:
-            parsed = plugins.first("forensics_parse", artifact=artifact)
-        except InputError as exc:
-            errors.append(exc)
-            diagnostics.append(Diagnostic(exc.path, exc.line, exc.message, "error"))
-            continue
-        if parsed is None:
-            diagnostics.append(Diagnostic(artifact.display, 0,
-                                          f"no parser for artifact kind {artifact.kind!r}", "error"))
+    jobs = jobs if jobs is not None else (os.cpu_count() or 1)
+    for parsed in _parse_all(artifacts, plugins, jobs):
+        if isinstance(parsed, tuple):
+            _, path, message, line = parsed
+            errors.append(InputError(path, message, line))
+            diagnostics.append(Diagnostic(path, line, message, "error"))
             continue
         facts.append(parsed)
     if not facts:
@@ -117,10 +151,15 @@ def merge(facts: list[Facts], artifacts: tuple = (), diagnostics=()) -> Incident
     ranks: dict[int, m.RankState] = {}
     groups: dict[str, ProcessGroup] = {}
     previous_snapshot: Facts | None = None
+    dumps: list[m.ProcessDump] = []
+    stated = PidMap()
     for index in order:
         item = facts[index]
         diagnostics.extend(item.diagnostics)
         stuck.extend(item.stuck)
+        dumps.extend(item.processes)
+        for host, pid, rank, evidence in item.pid_ranks:
+            stated.add(host, pid, rank, evidence.cite())
         for state in item.ranks:
             ranks[state.rank] = _combine(ranks.get(state.rank), state)
         for group in item.groups:
@@ -137,9 +176,29 @@ def merge(facts: list[Facts], artifacts: tuple = (), diagnostics=()) -> Incident
                 if signal is not None:
                     stuck.append(signal)
             previous_snapshot = item
+    placed, unattributed = attribute(dumps, stated, diagnostics)
+    for rank, rank_dumps in placed.items():
+        ranks[rank] = _combine(ranks.get(rank), _state_from_dumps(rank, rank_dumps))
     _check_references(ranks, groups, diagnostics)
     return Incident(ranks=dict(sorted(ranks.items())), groups=groups, artifacts=tuple(artifacts),
-                    diagnostics=tuple(diagnostics), stuck=tuple(stuck))
+                    diagnostics=tuple(diagnostics), stuck=tuple(stuck),
+                    unattributed=tuple(unattributed))
+
+
+def _state_from_dumps(rank: int, dumps: list[m.ProcessDump]) -> m.RankState:
+    """One rank's state from all its stack dumps (py-spy, gdb, ...)."""
+    judged = [(stacks.classify(d), d) for d in dumps]
+    best = stacks.combine([c for c, _ in judged])
+    primary = next(d for c, d in judged if c is best) if any(c is best for c, _ in judged) else dumps[0]
+    python_dump = max(dumps, key=lambda d: (d.source.startswith("py-spy"),
+                                            sum(1 for t in d.threads for f in t.frames if stacks.is_python(f))))
+    pid = next((d.pid for d in dumps if d.pid is not None), None)
+    host = next((d.host for d in dumps if d.host), "")
+    return m.RankState(
+        rank=rank, host=host, pid=pid, alive=True, activity=best.activity,
+        current_op=stacks.comm_op(best), threads=primary.threads,
+        stack=stacks.python_stack(python_dump), evidence=best.evidence or primary.evidence,
+        why=best.why)
 
 
 def _combine(old: m.RankState | None, new: m.RankState) -> m.RankState:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..model import Diagnostic, ProcessDump, ProcessGroup, RankState, StuckSignal
+from ..model import Diagnostic, Evidence, ProcessDump, ProcessGroup, RankState, StuckSignal
 
 
 @dataclass(slots=True)
@@ -17,6 +17,9 @@ class Facts:
     stuck: list[StuckSignal] = field(default_factory=list)
     # Stack dumps (py-spy, gdb): attributed to ranks and classified in ingest.
     processes: list[ProcessDump] = field(default_factory=list)
+    # (host, pid, rank, evidence) pairs this artifact states: a collector's
+    # pid map, a launcher's failure summary, NCCL init lines.
+    pid_ranks: list[tuple[str, int, int, Evidence]] = field(default_factory=list)
     # When the artifact was taken (epoch seconds), for ordering snapshots of
     # the same ranks; None when the artifact does not say.
     observed_at: float | None = None

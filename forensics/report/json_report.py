@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from .. import stackclasses
+from ..ingest.stacks import classify
 from ..model import node_label
 
 SCHEMA = "forensics.report/1"
@@ -32,6 +34,8 @@ def to_dict(report, lang: str = "en") -> dict:
             entry["waiting_for_count"] = n_waits
         if op and op.peers:
             entry["peers"] = list(op.peers)
+        if state.why:
+            entry["why"] = state.why
         if state.evidence:
             entry["evidence"] = state.evidence.to_json()
         ranks[str(rank)] = entry
@@ -53,6 +57,10 @@ def to_dict(report, lang: str = "en") -> dict:
                        for s in report.decided_by],
         "findings": [f.to_json() for f in report.findings],
         "ranks": ranks,
+        "stack_classes": stackclasses.to_json(stackclasses.build(report.incident)),
+        "unattributed": [{"path": d.path, "pid": d.pid, "source": d.source,
+                          "state": c.activity, "op": c.op or None, "why": c.why}
+                         for d, c in ((d, classify(d)) for d in report.incident.unattributed)],
         "diagnostics": [d.to_json() for d in report.diagnostics],
     }
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from .. import stackclasses
+from ..ingest.stacks import classify
 from ..model import node_label, path_label
 from ..ranges import compact
 
@@ -24,6 +26,21 @@ def render(report, lang: str = "en") -> str:
     out.append(report.root_cause.narrative.get(lang) or report.root_cause.narrative.get("en", ""))
     out.append("")
     out.extend(_ranks_section(report, zh))
+    tree = stackclasses.build(report.incident)
+    if tree.ranks:
+        n = stackclasses.classes(tree)
+        out.append("")
+        out.append(f"调用栈归类（主线程，{len(tree.ranks)} 个 Rank，{n} 类）:" if zh
+                   else f"Stack classes (main thread, {len(tree.ranks)} ranks, {n} classes):")
+        out.extend("  " + line for line in stackclasses.render(tree))
+    if report.incident.unattributed:
+        out.append("")
+        out.append(("无法归属 Rank 的栈转储" if zh else "Dumps not attributed to a rank")
+                   + f" ({len(report.incident.unattributed)}):")
+        for dump in report.incident.unattributed[:DIAGNOSTICS_SHOWN]:
+            judged = classify(dump)
+            out.append(f"  {dump.path} pid {dump.pid}: {judged.activity}"
+                       + (f" {judged.op}" if judged.op else "") + (f" — {judged.why}" if judged.why else ""))
     if report.findings:
         out.append("")
         out.append("发现:" if zh else "Findings:")
@@ -80,4 +97,11 @@ def _ranks_section(report, zh):
     lines = [title, "  " + "  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip()]
     for row in rows:
         lines.append("  " + "  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip())
+    if len(ranks) <= PER_RANK_LIMIT and any(s.why for s in ranks.values()):
+        lines.append("")
+        lines.append("判定依据:" if zh else "Why:")
+        for rank, state in ranks.items():
+            if state.why:
+                where = f"  [{state.evidence.cite()}]" if state.evidence else ""
+                lines.append(f"  rank {rank}: {state.why}{where}")
     return lines

@@ -58,7 +58,9 @@ def describe_op(op: CommOp | None) -> str:
     parts = [op.op]
     if op.peers:
         parts.append(("to " if op.op == "send" else "from ") + ",".join(map(str, op.peers)))
-    if op.group:
+    if op.group.startswith("?"):
+        parts.append(f"on another process group ({op.group[1:]})")
+    elif op.group:
         parts.append(f"group {op.group}")
     if op.seq is not None:
         parts.append(f"seq {op.seq}")

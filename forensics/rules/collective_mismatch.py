@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 
 from ..hookspecs import hookimpl
-from ..model import Finding
+from ..model import UNIDENTIFIED_GROUP, Finding
 from ..ranges import compact as _ranks
 
 ID = "collective-mismatch"
@@ -26,13 +26,26 @@ def _signature(op):
 @hookimpl
 def forensics_findings(incident):
     positions = defaultdict(list)
+    unnumbered = defaultdict(list)
     for rank, state in incident.ranks.items():
         op = state.current_op
-        if op is None or not op.is_collective or op.seq is None or state.is_dead:
+        if op is None or not op.is_collective or state.is_dead:
             continue
-        positions[(op.group or "0", op.seq)].append(state)
+        if op.seq is None:
+            unnumbered[op.group or "0"].append(state)
+        else:
+            positions[(op.group or "0", op.seq)].append(state)
+    # Stack dumps give the call but not its sequence number. When every member
+    # of a group is blocked in one of its collectives, they are at the same
+    # position: none of them can have passed a collective the others are in.
+    for group, states in unnumbered.items():
+        if group.startswith(UNIDENTIFIED_GROUP):
+            continue
+        members = set(incident.members(group))
+        if {s.rank for s in states} >= members and (group, "?") not in positions:
+            positions[(group, "?")] = states
     findings = []
-    for (group, seq), states in sorted(positions.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
+    for (group, seq), states in sorted(positions.items(), key=lambda kv: (str(kv[0][0]), str(kv[0][1]))):
         ops = Counter(s.current_op.op for s in states)
         field = "op"
         key = lambda s: s.current_op.op  # noqa: E731
@@ -68,9 +81,11 @@ def _finding(group, seq, states, field, key):
                      for v in by_value if next(s for s in states if key(s) == v).current_op.evidence)
     what = {"op": "different collectives", "dtype": "different dtypes", "sizes": "different sizes"}[field]
     what_zh = {"op": "不同的集合通信算子", "dtype": "不同的 dtype", "sizes": "不同的张量大小"}[field]
-    message = (f"Group {group} position {seq}: {'; '.join(parts)} — {what} at the same position, "
+    where = f"position {seq}" if seq != "?" else "the current position (every member is blocked in it)"
+    where_zh = f"第 {seq} 次集合通信" if seq != "?" else "当前位置（所有成员都阻塞在此）"
+    message = (f"Group {group} {where}: {'; '.join(parts)} — {what} at the same position, "
                f"so none of them can complete.")
-    message_zh = (f"通信组 {group} 第 {seq} 次集合通信：{'；'.join(parts_zh)}——同一位置{what_zh}，"
+    message_zh = (f"通信组 {group} {where_zh}：{'；'.join(parts_zh)}——同一位置{what_zh}，"
                   f"任何一方都无法完成（集合通信失配）。")
     return Finding(ID, KIND, "error", tuple(culprits), message, evidence, HINT,
                    message_zh, HINT_ZH)

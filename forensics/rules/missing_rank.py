@@ -11,6 +11,7 @@ from __future__ import annotations
 from ..hookspecs import hookimpl
 from ..model import Finding
 from ..ranges import compact
+from ._semantics import describe_op
 
 ID = "missing-rank"
 HINT = ("Look at what the awaited rank is doing instead (its stack dump): data loading, checkpoint I/O, "
@@ -29,7 +30,12 @@ def forensics_graph_findings(incident, analysis):
     described = []
     for rank in sinks[:8]:
         state = incident.ranks.get(rank)
-        doing = state.activity if state is not None else "no artifact at all"
+        if state is None:
+            doing = "no artifact at all"
+        else:
+            doing = state.activity + (f" in {describe_op(state.current_op)}" if state.current_op else "")
+            if state.why:
+                doing += f", {state.why}"
         described.append(f"rank {rank}: {doing}")
     evidence = tuple(incident.ranks[r].evidence for r in sinks[:8]
                      if r in incident.ranks and incident.ranks[r].evidence)
