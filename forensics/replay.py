@@ -30,7 +30,7 @@ from .report.json_report import node_json
 EXPECTED = "expected.yaml"
 _KNOWN_KEYS = {"description", "verdict", "culprit_ranks", "cycles", "findings", "absent_findings",
                "decided_by", "narrative_contains", "args", "xfail", "scenario", "how",
-               "captured_with", "regenerate", "notes", "compressed"}
+               "captured_with", "regenerate", "notes", "compressed", "capture"}
 
 
 @dataclass

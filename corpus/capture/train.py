@@ -1,0 +1,387 @@
+#!/usr/bin/env python
+"""Small data-parallel / pipeline training job used to produce real hang artifacts.
+
+Launched by torchrun (Gloo backend, CPU, 127.0.0.1).  A few healthy warm-up steps
+all_reduce the gradients of a tiny MLP; at step ``--warmup-steps`` the job hits the
+bug selected with ``--scenario``:
+
+  p2p_cycle_2              2 ranks: both stages send activations before receiving.
+  p2p_ring_4               4 ranks in a ring: every stage receives from the previous
+                           stage before sending to the next one.
+  collective_mismatch      rank 0 all_reduces gradients while ranks 1-3 broadcast
+                           parameters from rank 0 (diverging weight-resync schedule).
+  missing_rank_dataloader  rank 2's data loader prefetch thread stalls on a shard
+                           read, so its main thread waits in load_next_batch while the
+                           others wait in the gradient all_reduce.
+  missing_rank_early_exit  rank 3's shard is shorter: it leaves the training loop,
+                           then waits in a checkpoint barrier on a separate group while
+                           the others wait in the next gradient all_reduce.
+
+Environment (set by the launcher / capture runner):
+  RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT   from torchrun
+  TORCH_FR_BUFFER_SIZE      flight recorder ring size (e.g. 2000)
+  JOB_OUTDIR                where flight recorder dumps go (fr/, fr_json/)
+  FR_DUMP_REQUEST           a file; when it appears (or its mtime changes) every rank
+                            writes a fresh flight recorder dump
+  FR_IDLE_DUMP_S            dump once after the job made no progress for this long
+"""
+
+import argparse
+import os
+import queue
+import socket
+import sys
+import threading
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+SCENARIOS = (
+    "p2p_cycle_2",
+    "p2p_ring_4",
+    "collective_mismatch",
+    "missing_rank_dataloader",
+    "missing_rank_early_exit",
+)
+
+ACTIVATION_MIB = 16
+PG_TIMEOUT = timedelta(seconds=600)
+
+
+# --------------------------------------------------------------------------- logging
+
+def log(msg):
+    rank = os.environ.get("RANK", "?")
+    print(f"[rank {rank}] {time.strftime('%H:%M:%S')} {msg}", flush=True)
+
+
+class Progress:
+    """Last time the training loop made progress (read by the dump hook)."""
+
+    def __init__(self):
+        self.last = time.time()
+        self.step = -1
+        self.phase = "init"
+
+    def mark(self, step, phase):
+        self.step = step
+        self.phase = phase
+        self.last = time.time()
+
+
+PROGRESS = Progress()
+
+
+# --------------------------------------------------------------------------- flight recorder hook
+
+def _atomic_write(path, data):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def write_flight_recorder_dump(outdir, rank, reason, subdir="fr"):
+    c10d = torch._C._distributed_c10d
+    pickled = c10d._dump_fr_trace(True, True, False)
+    as_json = c10d._dump_fr_trace_json(True, False)
+    json_dir = "fr_json" if subdir == "fr" else subdir + "_json"
+    _atomic_write(os.path.join(outdir, subdir, f"nccl_trace_rank_{rank}"), pickled)
+    _atomic_write(os.path.join(outdir, json_dir, f"rank{rank}.fr.json"), as_json)
+    log(f"flight recorder dump written ({reason}) step={PROGRESS.step} phase={PROGRESS.phase}")
+
+
+def debug_dump_hook(outdir, rank, request_path, idle_dump_s):
+    """Background thread: dump the flight recorder on request or when the job is idle."""
+    dumped_idle = False
+    handled_mtime = None
+    if request_path and os.path.exists(request_path):
+        handled_mtime = os.stat(request_path).st_mtime  # stale request from an old run
+    while True:
+        time.sleep(0.5)
+        requested = False
+        if request_path:
+            try:
+                mtime = os.stat(request_path).st_mtime
+                requested = mtime != handled_mtime
+            except FileNotFoundError:
+                mtime = None
+        idle_s = time.time() - PROGRESS.last
+        try:
+            if requested:
+                handled_mtime = mtime
+                write_flight_recorder_dump(outdir, rank, "request")
+            elif not dumped_idle and idle_s > idle_dump_s:
+                dumped_idle = True
+                write_flight_recorder_dump(outdir, rank, f"idle {idle_s:.1f}s")
+        except Exception as exc:  # keep the watchdog alive
+            log(f"flight recorder dump failed: {exc!r}")
+
+
+def start_debug_dump_hook():
+    outdir = os.environ.get("JOB_OUTDIR", "/srv/job/out")
+    request_path = os.environ.get("FR_DUMP_REQUEST", "")
+    idle_dump_s = float(os.environ.get("FR_IDLE_DUMP_S", "5"))
+    t = threading.Thread(
+        target=debug_dump_hook,
+        args=(outdir, dist.get_rank(), request_path, idle_dump_s),
+        name="debug_dump_hook",
+        daemon=True,
+    )
+    t.start()
+    return t
+
+
+# --------------------------------------------------------------------------- model and data
+
+class TinyModel(nn.Module):
+    def __init__(self, d_in=64, d_hidden=256, d_out=16):
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Linear(d_in, d_hidden), nn.ReLU(), nn.Linear(d_hidden, d_hidden), nn.ReLU(),
+            nn.Linear(d_hidden, d_out),
+        )
+
+    def forward(self, x):
+        return self.net(x)
+
+
+class ShardedLoader:
+    """DataLoader-like iterator: a prefetch thread reads shard records into a queue."""
+
+    def __init__(self, rank, num_batches, batch_size=32, d_in=64, d_out=16,
+                 stall_at=None):
+        self.rank = rank
+        self.num_batches = num_batches
+        self.batch_size = batch_size
+        self.d_in = d_in
+        self.d_out = d_out
+        self.stall_at = stall_at
+        self.queue = queue.Queue(maxsize=2)
+        self._stalled_fd = None
+        self.worker = threading.Thread(target=self._prefetch_worker, name="batch_prefetch",
+                                       daemon=True)
+        self.worker.start()
+
+    def read_shard_record(self, index):
+        if self.stall_at is not None and index >= self.stall_at:
+            # The shard lives on a storage mount that stopped answering: the read never
+            # returns (modelled with a pipe nobody writes to).
+            if self._stalled_fd is None:
+                self._stalled_fd, self._writer_fd = os.pipe()
+            os.read(self._stalled_fd, 1 << 20)
+        g = torch.Generator().manual_seed(1000 * self.rank + index)
+        x = torch.randn(self.batch_size, self.d_in, generator=g)
+        y = torch.randn(self.batch_size, self.d_out, generator=g)
+        return x, y
+
+    def _prefetch_worker(self):
+        for index in range(self.num_batches):
+            self.queue.put(self.read_shard_record(index))
+        self.queue.put(None)  # end of shard
+
+
+def load_next_batch(loader, step):
+    PROGRESS.mark(step, "load_next_batch")
+    return loader.queue.get()
+
+
+def shard_sizes(world_size, scenario, total_steps, short_shard_steps):
+    sizes = [total_steps] * world_size
+    if scenario == "missing_rank_early_exit":
+        # Uneven split of the dataset: the last rank's shard holds fewer batches.
+        sizes[world_size - 1] = short_shard_steps
+    return sizes
+
+
+# --------------------------------------------------------------------------- communication
+
+def sync_gradients(model, step):
+    PROGRESS.mark(step, "sync_gradients")
+    grads = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+    dist.all_reduce(grads, op=dist.ReduceOp.SUM)
+    grads /= dist.get_world_size()
+    offset = 0
+    for p in model.parameters():
+        n = p.numel()
+        p.grad.copy_(grads[offset:offset + n].view_as(p.grad))
+        offset += n
+    return grads
+
+
+def broadcast_parameters(model, step, src=0):
+    PROGRESS.mark(step, "broadcast_parameters")
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    dist.broadcast(flat, src=src)
+    offset = 0
+    with torch.no_grad():
+        for p in model.parameters():
+            n = p.numel()
+            p.copy_(flat[offset:offset + n].view_as(p))
+            offset += n
+    return flat
+
+
+def send_activations(acts, dst):
+    dist.send(acts, dst=dst)
+
+
+def recv_activations(like, src):
+    buf = torch.empty_like(like)
+    dist.recv(buf, src=src)
+    return buf
+
+
+def pipeline_stage_exchange(acts, step, scenario):
+    rank = dist.get_rank()
+    world = dist.get_world_size()
+    next_stage = (rank + 1) % world
+    prev_stage = (rank - 1) % world
+    PROGRESS.mark(step, "pipeline_stage_exchange")
+    if scenario == "p2p_cycle_2":
+        # Both stages push their activations first and only then receive: with a tensor
+        # this large gloo's send waits for the matching recv, so each stage waits forever.
+        log(f"step {step}: pipeline_stage_exchange: send {acts.numel() * 4 >> 20} MiB "
+            f"to stage {next_stage}, then recv from stage {prev_stage}")
+        send_activations(acts, next_stage)
+        inbound = recv_activations(acts, prev_stage)
+    else:
+        # Ring schedule: every stage waits for its predecessor's activations before it
+        # sends its own -- nobody goes first.
+        log(f"step {step}: pipeline_stage_exchange: recv from stage {prev_stage}, "
+            f"then send {acts.numel() * 4 >> 20} MiB to stage {next_stage}")
+        inbound = recv_activations(acts, prev_stage)
+        send_activations(acts, next_stage)
+    return inbound
+
+
+def load_resume_step(rank, scenario):
+    """Global step this rank resumed from (read from the checkpoint it loaded)."""
+    if scenario == "collective_mismatch" and rank != 0:
+        # Ranks 1..3 picked up the checkpoint written one step later than rank 0's.
+        return 1
+    return 0
+
+
+def should_resync_weights(step, resume_step, resync_every):
+    # Weights are re-broadcast from rank 0 every `resync_every` global steps.  Each rank
+    # computes the schedule from its own resume step, so if they resumed from different
+    # checkpoints they disagree on which step resyncs.
+    global_step = resume_step + step
+    return global_step > 0 and global_step % resync_every == 0
+
+
+# --------------------------------------------------------------------------- checkpointing
+
+def save_checkpoint(model, step, groups):
+    PROGRESS.mark(step, "save_checkpoint")
+    path = os.path.join(os.environ.get("JOB_OUTDIR", "/srv/job/out"), "ckpt")
+    os.makedirs(path, exist_ok=True)
+    torch.save({k: v.detach().clone() for k, v in model.state_dict().items()},
+               os.path.join(path, f"model_rank{dist.get_rank()}.pt"))
+    # Wait until every rank has flushed its checkpoint shard.
+    dist.barrier(group=groups["ckpt"])
+
+
+def finalize_run(model, step, groups):
+    log(f"step {step}: end of shard, finalize_run -> save_checkpoint")
+    save_checkpoint(model, step, groups)
+
+
+# --------------------------------------------------------------------------- training
+
+def train_step(step, model, opt, batch, groups, args):
+    rank = dist.get_rank()
+    x, y = batch
+    opt.zero_grad(set_to_none=False)
+    out = model(x)
+    loss = nn.functional.mse_loss(out, y)
+    loss.backward()
+
+    bug_step = step == args.warmup_steps
+    if bug_step and args.scenario in ("p2p_cycle_2", "p2p_ring_4"):
+        acts = torch.full((ACTIVATION_MIB << 18,), float(rank))  # 16 MiB of float32
+        pipeline_stage_exchange(acts, step, args.scenario)
+    if should_resync_weights(step, args.resume_step, args.resync_every):
+        log(f"step {step}: broadcast_parameters (weight resync from rank 0)")
+        broadcast_parameters(model, step, src=0)
+    else:
+        if bug_step:
+            log(f"step {step}: sync_gradients (all_reduce)")
+        sync_gradients(model, step)
+    opt.step()
+    return loss.item()
+
+
+def train(args):
+    rank = dist.get_rank()
+    world = dist.get_world_size()
+    torch.manual_seed(0)
+    model = TinyModel()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    # Separate gloo group used to coordinate checkpoint writes.
+    groups = {"ckpt": dist.new_group(ranks=list(range(world)), timeout=PG_TIMEOUT,
+                                     backend="gloo")}
+    total_steps = args.warmup_steps + args.extra_steps
+    sizes = shard_sizes(world, args.scenario, total_steps, args.warmup_steps)
+    stall_at = args.warmup_steps if (args.scenario == "missing_rank_dataloader"
+                                     and rank == args.stall_rank) else None
+    loader = ShardedLoader(rank, sizes[rank], stall_at=stall_at)
+    log(f"shard has {sizes[rank]} batches")
+
+    step = 0
+    while True:
+        if step == args.warmup_steps:
+            log(f"warm-up done ({args.warmup_steps} steps)")
+        if step >= args.warmup_steps:
+            log(f"step {step}: load_next_batch")
+        batch = load_next_batch(loader, step)
+        if batch is None:
+            finalize_run(model, step, groups)
+            break
+        loss = train_step(step, model, opt, batch, groups, args)
+        PROGRESS.mark(step, "step_done")
+        log(f"step {step}: loss {loss:.4f}")
+        step += 1
+        if step >= total_steps:
+            finalize_run(model, step, groups)
+            break
+    return step
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--scenario", choices=SCENARIOS, required=True)
+    parser.add_argument("--warmup-steps", type=int, default=3)
+    parser.add_argument("--extra-steps", type=int, default=3)
+    parser.add_argument("--stall-rank", type=int, default=2)
+    parser.add_argument("--resync-every", type=int, default=4)
+    args = parser.parse_args()
+
+    dist.init_process_group(backend="gloo", timeout=PG_TIMEOUT)
+    rank = dist.get_rank()
+    args.resume_step = load_resume_step(rank, args.scenario)
+    log(f"init done: world_size={dist.get_world_size()} host={socket.gethostname()} "
+        f"pid={os.getpid()} scenario={args.scenario}")
+    start_debug_dump_hook()
+    try:
+        steps = train(args)
+    except Exception as exc:
+        log(f"training failed: {exc!r}")
+        try:
+            write_flight_recorder_dump(os.environ.get("JOB_OUTDIR", "/srv/job/out"), rank,
+                                       "after error", subdir="fr_after_error")
+        except Exception as dump_exc:
+            log(f"flight recorder dump after error failed: {dump_exc!r}")
+        raise
+    log(f"training finished after {steps} steps")
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
