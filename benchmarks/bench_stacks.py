@@ -1,0 +1,71 @@
+"""Stack-dump benchmark: N ranks × (py-spy + gdb) dumps → verdict, beside grep.
+
+    python benchmarks/bench_stacks.py [--ranks 10000] [--threads 40] [--keep DIR]
+
+Generates the dumps with gen_dumps.py (real captures, perturbed per rank),
+then in one run on the same files:
+  forensics  `forensics analyze DIR --hung -f json` (discover, parse with the
+             lark grammars, attribute ranks, classify, graph, verdict)
+  grep -c    `grep -c Thread` over every file: a plain full read of the
+             same bytes, the floor for anything that looks at them
+Prints files/s and MB/s for both, forensics' peak RSS, and the verdict
+(expected missing_rank with the data-loading ranks as culprits).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def timed(cmd, **kwargs):
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    start = time.perf_counter()
+    out = subprocess.run(cmd, capture_output=True, text=True, **kwargs)
+    elapsed = time.perf_counter() - start
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return out, elapsed, max(peak, before)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--ranks", type=int, default=10000)
+    parser.add_argument("--threads", type=int, default=40)
+    parser.add_argument("--keep", help="generate into (or reuse) this folder instead of a temp dir")
+    args = parser.parse_args()
+    folder = args.keep or tempfile.mkdtemp(prefix="fx-stacks-")
+    if not glob.glob(os.path.join(folder, "rank*.gdb.txt")):
+        subprocess.run([sys.executable, os.path.join(HERE, "gen_dumps.py"), str(args.ranks), folder,
+                        "--threads", str(args.threads)], check=True)
+    files = glob.glob(os.path.join(folder, "*"))
+    size = sum(os.path.getsize(f) for f in files)
+    grep, grep_s, _ = timed(["bash", "-c", f"cd {folder} && grep -c Thread -- * > /dev/null"])
+    env = {**os.environ, "FORENSICS_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    ours, ours_s, rss = timed([sys.executable, "-m", "forensics", "analyze", folder, "--hung", "-f", "json"],
+                              env=env)
+    if ours.returncode not in (0, 1):
+        raise SystemExit(f"forensics failed: {ours.stderr.strip()}")
+    report = json.loads(ours.stdout)
+    expected = sorted(r for r in range(args.ranks) if r % 997 == 2)
+    good = report["verdict"] == "missing_rank" and report["culprit_ranks"] == expected
+    print(f"{len(files)} files, {size / 1e6:.0f} MB, {args.threads} threads per dump, {os.cpu_count()} CPUs")
+    print(f"{'tool':10} {'seconds':>8} {'files/s':>9} {'MB/s':>7}")
+    print(f"{'forensics':10} {ours_s:>8.1f} {len(files) / ours_s:>9.0f} {size / 1e6 / ours_s:>7.1f}"
+          f"   peak RSS {rss / 1024:.0f} MB, verdict {report['verdict']} {report['culprit_ranks'][:5]}"
+          f"{'' if good else '  (WRONG)'}")
+    print(f"{'grep -c':10} {grep_s:>8.1f} {len(files) / grep_s:>9.0f} {size / 1e6 / grep_s:>7.1f}")
+    print(f"ratio forensics/grep: {ours_s / grep_s:.1f}x; stack classes: {len(report['stack_classes'])} top-level")
+    return 0 if good else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
