@@ -128,6 +128,7 @@ _OP_ALIASES = {
     "all_to_all_single": "all_to_all_single",
     "send": "send", "recv": "recv", "isend": "send", "irecv": "recv",
     "recvanysource": "recv", "barrier": "barrier", "monitored_barrier": "monitored_barrier",
+    "monitoredbarrier": "monitored_barrier", "allgather_into_tensor_coalesced": "all_gather_into_tensor",
     "reduce": "reduce", "gather": "gather", "scatter": "scatter",
 }
 

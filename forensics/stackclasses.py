@@ -90,3 +90,16 @@ def to_json(node: StackNode) -> list[dict]:
                     "majority": index == 0 and (len(kids) == 1 or len(child.ranks) > len(kids[1].ranks)),
                     "children": to_json(child)})
     return out
+
+
+def group_dumps(dumps) -> list:
+    """Dumps no rank could be attributed to, grouped by where their main
+    thread is: [(classification, [dumps])], largest group first."""
+    from .ingest.stacks import classify, python_stack
+
+    groups: dict = {}
+    for dump in dumps:
+        judged = classify(dump)
+        key = (judged.activity, judged.op, python_stack(dump))
+        groups.setdefault(key, (judged, []))[1].append(dump)
+    return sorted(groups.values(), key=lambda g: -len(g[1]))

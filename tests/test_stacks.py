@@ -118,3 +118,29 @@ def test_python_stack_is_outermost_first():
     d = dump([py("all_reduce", "torch/distributed/distributed_c10d.py", 2950)] + TRAIN)
     assert stacks.python_stack(d)[0] == "<module> (train.py:426)"
     assert stacks.python_stack(d)[-1] == "all_reduce (torch/distributed/distributed_c10d.py:2950)"
+
+
+def test_transport_wait_inside_a_collective_is_that_collective():
+    # DETAIL mode: allreduce → ProcessGroupWrapper checks → monitoredBarrier → RecvWork::wait.
+    d = dump([native("pthread_cond_timedwait", "libc.so.6"),
+              native("gloo::transport::tcp::UnboundBuffer::waitRecv"),
+              native("c10d::ProcessGroupGloo::RecvWork::wait"),
+              native("c10d::ProcessGroupGloo::monitoredBarrier"),
+              native("c10d::ProcessGroupWrapper::runCollectiveChecks"),
+              native("c10d::ProcessGroupWrapper::allreduce"),
+              native("c10d::ProcessGroup::allreduce")], source="gdb")
+    c = stacks.classify(d)
+    assert (c.activity, c.op) == (m.BLOCKED, "all_reduce")
+    assert c.why.startswith("gloo::transport::tcp::UnboundBuffer::waitRecv")
+
+
+def test_dumps_that_disagree_mean_the_rank_is_moving():
+    in_reduce = dump([py("all_reduce", "torch/distributed/distributed_c10d.py", 3245),
+                      py("sync_gradients", "train.py", 267)] + TRAIN)
+    computing = dump([py("TinyModel.forward_backward", "train.py", 149)] + TRAIN)
+    lock = dump([native("pthread_cond_wait", "libc.so.6")], source="gdb")
+    judged = [(stacks.classify(d), d) for d in (in_reduce, computing, lock)]
+    moved = stacks.moving(judged)
+    assert moved is not None and moved.activity == m.COMPUTING and "moving between dumps" in moved.why
+    # A native lock wait fits a blocked collective: no disagreement.
+    assert stacks.moving([judged[0], judged[2]]) is None

@@ -188,7 +188,7 @@ def merge(facts: list[Facts], artifacts: tuple = (), diagnostics=()) -> Incident
 def _state_from_dumps(rank: int, dumps: list[m.ProcessDump]) -> m.RankState:
     """One rank's state from all its stack dumps (py-spy, gdb, ...)."""
     judged = [(stacks.classify(d), d) for d in dumps]
-    best = stacks.combine([c for c, _ in judged])
+    best = stacks.moving(judged) or stacks.combine([c for c, _ in judged])
     primary = next(d for c, d in judged if c is best) if any(c is best for c, _ in judged) else dumps[0]
     python_dump = max(dumps, key=lambda d: (d.source.startswith("py-spy"),
                                             sum(1 for t in d.threads for f in t.frames if stacks.is_python(f))))

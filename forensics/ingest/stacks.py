@@ -37,16 +37,31 @@ _PY_INIT = {"init_process_group", "new_group", "new_subgroups", "_new_group_with
             "_store_based_barrier", "rendezvous", "destroy_process_group"}
 
 # Native frames, matched as substrings of the demangled name, in order.
+# Collective implementations first: gloo's allreduce itself waits in
+# UnboundBuffer::waitRecv, so a transport-level send/recv frame names the op
+# only when nothing further out says which collective it serves.
+_NATIVE_COLLECTIVE = (
+    ("AsyncAllreduceWork", "all_reduce"), ("AsyncBroadcastWork", "broadcast"),
+    ("AsyncBarrierWork", "barrier"), ("AsyncAllgatherWork", "all_gather"),
+    ("AsyncReduceScatterWork", "reduce_scatter"), ("AsyncAlltoallWork", "all_to_all"),
+    ("AsyncGatherWork", "gather"), ("AsyncScatterWork", "scatter"), ("AsyncReduceWork", "reduce"),
+    ("gloo::AllreduceRing", "all_reduce"), ("gloo::allreduce", "all_reduce"),
+)
 _NATIVE_COMM = (
-    ("UnboundBuffer::waitSend", "send"), ("UnboundBuffer::waitRecv", "recv"),
     ("ProcessGroupGloo::SendWork::wait", "send"), ("ProcessGroupGloo::RecvWork::wait", "recv"),
-    ("gloo::allreduce", "all_reduce"), ("gloo::broadcast", "broadcast"),
-    ("gloo::allgather", "all_gather"), ("gloo::barrier", "barrier"), ("gloo::reduce_scatter", "reduce_scatter"),
+    ("UnboundBuffer::waitSend", "send"), ("UnboundBuffer::waitRecv", "recv"),
+    ("gloo::broadcast", "broadcast"), ("gloo::allgather", "all_gather"), ("gloo::barrier", "barrier"), ("gloo::reduce_scatter", "reduce_scatter"),
     ("gloo::alltoall", "all_to_all"), ("gloo::gather", "gather"), ("gloo::scatter", "scatter"),
     ("ncclAllReduce", "all_reduce"), ("ncclBroadcast", "broadcast"), ("ncclAllGather", "all_gather"),
     ("ncclReduceScatter", "reduce_scatter"), ("ncclSend", "send"), ("ncclRecv", "recv"),
     ("ncclKernel_AllReduce", "all_reduce"), ("ncclDevKernel_AllReduce", "all_reduce"),
 )
+# c10d's dispatch layer names the call: ProcessGroup::allreduce,
+# ProcessGroupWrapper::allreduce (DETAIL mode), ProcessGroupGloo::monitoredBarrier.
+_DISPATCH = re.compile(r"c10d::ProcessGroup(?:Wrapper|Gloo|NCCL|MPI|UCC)?::"
+                       r"(allreduce|broadcast|allgather|_allgather_base|allgather_into_tensor_coalesced|"
+                       r"reduce_scatter|_reduce_scatter_base|alltoall|alltoall_base|barrier|"
+                       r"monitoredBarrier|send|recv|recvAnysource|gather|scatter|reduce)\b")
 _NATIVE_COMM_UNKNOWN = ("ProcessGroupNCCL::WorkNCCL::wait", "ProcessGroupNCCL::WorkNCCL::synchronize",
                         "ProcessGroupGloo::AsyncWork::wait", "c10d::Work::wait", "ncclGroupEnd",
                         "ncclCommInitRank", "ProcessGroupWrapper", "ncclKernel", "ncclDevKernel")
@@ -167,6 +182,8 @@ def classify_thread(thread: ThreadStack, source: str = "") -> Classification:
                               base + extra, source, group)
 
     generic_wait = None
+    transport = None  # (index, op) of the innermost transport-level wait (gloo, NCCL)
+    dispatch = None   # (index, op) of the outermost c10d call that names the op
     for index, frame in enumerate(frames):
         name = frame.function
         if is_python(frame):
@@ -174,6 +191,8 @@ def classify_thread(thread: ThreadStack, source: str = "") -> Classification:
             if "torch/distributed" in frame.file and (bare in _PY_COMM or bare in _PY_INIT):
                 if bare in _PY_INIT:
                     return result(m.BLOCKED, index, op="init", extra=1)
+                # The Python call names the op; the native frame below only
+                # says how it waits.
                 op = _PY_COMM[bare]
                 peers, any_source = _peers(frame, op)
                 return result(m.BLOCKED, index, op=op, peers=peers, any_source=any_source,
@@ -192,11 +211,24 @@ def classify_thread(thread: ThreadStack, source: str = "") -> Classification:
                     return result(m.COMPUTING, index)
             continue
         # native frame
-        for needle, op in _NATIVE_COMM:
-            if needle in name:
-                return result(m.BLOCKED, index, op=op)
-        if any(needle in name for needle in _NATIVE_COMM_UNKNOWN):
-            return result(m.BLOCKED, index, op="comm")
+        dispatched = _DISPATCH.search(name)
+        if dispatched:
+            dispatch = (index, m.normalize_op(dispatched.group(1)))  # keep the outermost
+        else:
+            for needle, op in _NATIVE_COLLECTIVE:
+                if needle in name:
+                    dispatch = (index, op)
+                    break
+        if transport is None:
+            for needle, op in _NATIVE_COMM:
+                if needle in name:
+                    transport = (index, op)
+                    break
+            else:
+                if any(needle in name for needle in _NATIVE_COMM_UNKNOWN):
+                    transport = (index, "comm")
+        if transport is not None or dispatch is not None:
+            continue
         if any(needle in name for needle in _NATIVE_STORE):
             return result(m.BLOCKED, index, op="store")
         if any(needle in name for needle in _NATIVE_DEVICE) or "libcuda.so" in frame.library:
@@ -209,6 +241,10 @@ def classify_thread(thread: ThreadStack, source: str = "") -> Classification:
             elif any(needle in name for needle in _NATIVE_WAIT):
                 generic_wait = (index, m.LOCK_WAIT)
 
+    if dispatch is not None or transport is not None:
+        where = transport[0] if transport is not None else dispatch[0]
+        op = dispatch[1] if dispatch is not None else transport[1]
+        return result(m.BLOCKED, where, op=op)
     user = _user_frame(frames, 0)
     if generic_wait is not None:
         index, activity = generic_wait
@@ -319,6 +355,31 @@ def combine(classifications: list[Classification]) -> Classification:
                 return Classification(best.activity, best.op, other.peers, other.any_source,
                                       best.evidence, best.why, best.confidence, best.source, best.group)
     return best
+
+
+def _position(c: Classification):
+    return (c.activity, c.op if c.op not in ("", "comm") else None)
+
+
+def moving(judged: list[tuple[Classification, ProcessDump]]) -> Classification | None:
+    """Dumps of one rank taken moments apart that disagree on where its main
+    thread is: the rank is making progress, whatever a single dump says.
+    (In a hang every dump of a rank agrees.) None when they agree."""
+    # A native-level lock wait or an unnamed comm wait fits any position (a
+    # thread blocked in a collective also sits in pthread_cond_wait).
+    seen = [(c, d) for c, d in judged if c.activity not in (m.UNKNOWN, m.LOCK_WAIT)]
+    positions = {}
+    for c, d in seen:
+        positions.setdefault(_position(c), (c, d))
+    specific = {p for p in positions if p[1] is not None or p[0] != m.BLOCKED}
+    if len(specific) < 2:
+        return None
+    shown = "; ".join(f"{d.path} shows {c.activity}{' in ' + c.op if c.op else ''} at {c.why}"
+                      for c, d in (positions[p] for p in sorted(specific, key=str)))
+    first = positions[sorted(specific, key=str)[0]][0]
+    return Classification(m.COMPUTING, evidence=first.evidence,
+                          why=f"moving between dumps: {shown}", confidence=first.confidence,
+                          source=first.source)
 
 
 def python_stack(dump: ProcessDump) -> tuple[str, ...]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 from .. import stackclasses
-from ..ingest.stacks import classify
 from ..model import node_label
 
 SCHEMA = "forensics.report/1"
@@ -58,9 +57,9 @@ def to_dict(report, lang: str = "en") -> dict:
         "findings": [f.to_json() for f in report.findings],
         "ranks": ranks,
         "stack_classes": stackclasses.to_json(stackclasses.build(report.incident)),
-        "unattributed": [{"path": d.path, "pid": d.pid, "source": d.source,
+        "unattributed": [{"dumps": [{"path": d.path, "pid": d.pid, "source": d.source} for d in dumps],
                           "state": c.activity, "op": c.op or None, "why": c.why}
-                         for d, c in ((d, classify(d)) for d in report.incident.unattributed)],
+                         for c, dumps in stackclasses.group_dumps(report.incident.unattributed)],
         "diagnostics": [d.to_json() for d in report.diagnostics],
     }
 

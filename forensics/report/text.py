@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections import defaultdict
 
 from .. import stackclasses
-from ..ingest.stacks import classify
 from ..model import node_label, path_label
 from ..ranges import compact
 
@@ -37,9 +36,11 @@ def render(report, lang: str = "en") -> str:
         out.append("")
         out.append(("无法归属 Rank 的栈转储" if zh else "Dumps not attributed to a rank")
                    + f" ({len(report.incident.unattributed)}):")
-        for dump in report.incident.unattributed[:DIAGNOSTICS_SHOWN]:
-            judged = classify(dump)
-            out.append(f"  {dump.path} pid {dump.pid}: {judged.activity}"
+        for group in stackclasses.group_dumps(report.incident.unattributed)[:DIAGNOSTICS_SHOWN]:
+            judged, dumps = group
+            where = ", ".join(f"{d.path} (pid {d.pid})" for d in dumps[:4])
+            more = f" and {len(dumps) - 4} more" if len(dumps) > 4 else ""
+            out.append(f"  {len(dumps)} dump(s) {where}{more}: {judged.activity}"
                        + (f" {judged.op}" if judged.op else "") + (f" — {judged.why}" if judged.why else ""))
     if report.findings:
         out.append("")

@@ -27,6 +27,8 @@ def has_arrived(incident: Incident, waiter: RankState, awaited: int) -> bool:
     if wanted == "recv" and theirs.any_source:
         return True
     named = set(theirs.peers) | set(other.declared_waits or ())
+    if not named:
+        return True  # its peer is unknown: it may well be the match, so claim no wait
     return waiter.rank in named
 
 

@@ -42,7 +42,10 @@ def forensics_wait_edges(incident):
                         f"{op.op} in group {op.group or '0'} seq {op.seq} needs rank {member}, "
                         f"which has not joined it", ID, evidence))
         elif op.is_p2p:
-            if op.op == "recv" and op.any_source:
+            if (op.op == "recv" and op.any_source) or not op.peers:
+                # A receive from any source, or a peer the dump does not show
+                # (py-spy without --locals): it waits on one of the others, so
+                # it is stuck only if every one of them is (an OR wait).
                 targets = [m for m in incident.members(op.group) if m != rank]
                 semantics = OR
             else:
@@ -52,6 +55,7 @@ def forensics_wait_edges(incident):
                 if peer != rank and not has_arrived(incident, state, peer):
                     edges.append(WaitEdge(rank, peer, semantics,
                                           f"rank {rank} is in {describe_op(op)}; rank {peer} has not "
-                                          f"posted the matching {'recv' if op.op == 'send' else 'send'}",
+                                          f"posted the matching {'recv' if op.op == 'send' else 'send'}"
+                                          + ("" if semantics == AND else " (peer not in the dump: any of them)"),
                                           ID, evidence))
     return edges
