@@ -89,7 +89,12 @@ def _worker_init(spec):
 
 
 def _parse_chunk(chunk):
-    return [_parse_one(artifact, _WORKER_PLUGINS) for artifact in chunk], _WORKER_PLUGINS.diagnostics[:]
+    import gc
+    gc.disable()  # see forensics.gc_paused; a worker's heap is its parse caches
+    try:
+        return [_parse_one(artifact, _WORKER_PLUGINS) for artifact in chunk], _WORKER_PLUGINS.diagnostics[:]
+    finally:
+        gc.enable()
 
 
 def _parse_all(artifacts, plugins, jobs: int):
