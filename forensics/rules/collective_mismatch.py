@@ -81,11 +81,11 @@ def _finding(group, seq, states, field, key):
                      for v in by_value if next(s for s in states if key(s) == v).current_op.evidence)
     what = {"op": "different collectives", "dtype": "different dtypes", "sizes": "different sizes"}[field]
     what_zh = {"op": "不同的集合通信算子", "dtype": "不同的 dtype", "sizes": "不同的张量大小"}[field]
-    where = f"position {seq}" if seq != "?" else "the current position (every member is blocked in it)"
-    where_zh = f"第 {seq} 次集合通信" if seq != "?" else "当前位置（所有成员都阻塞在此）"
-    message = (f"Group {group} {where}: {'; '.join(parts)} — {what} at the same position, "
+    where = f"position {seq}" if seq != "?" else "the position every member is blocked in"
+    where_zh = f"第 {seq} 次集合通信" if seq != "?" else "所有成员当前阻塞的位置"
+    message = (f"Group {group}, {where}: {'; '.join(parts)} — {what} at the same position, "
                f"so none of them can complete.")
-    message_zh = (f"通信组 {group} {where_zh}：{'；'.join(parts_zh)}——同一位置{what_zh}，"
+    message_zh = (f"通信组 {group}，{where_zh}：{'；'.join(parts_zh)}——同一位置{what_zh}，"
                   f"任何一方都无法完成（集合通信失配）。")
     return Finding(ID, KIND, "error", tuple(culprits), message, evidence, HINT,
                    message_zh, HINT_ZH)
