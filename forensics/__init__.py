@@ -23,7 +23,7 @@ _SEED_RULES = (
 )
 
 
-def analyze(paths, hung: bool = False, plugins=None, jobs: int | None = None):
+def analyze(paths, hung: bool = False, plugins=None, jobs: int | None = None, full: bool = False):
     """Read every artifact under `paths` and return the Report."""
     from .analysis import analyze_incident as _analyze
     from .ingest import load_incident
@@ -33,7 +33,7 @@ def analyze(paths, hung: bool = False, plugins=None, jobs: int | None = None):
         paths = [paths]
     plugins = plugins or Plugins()
     with gc_paused():
-        incident = load_incident([str(p) for p in paths], plugins, hung=hung, jobs=jobs)
+        incident = load_incident([str(p) for p in paths], plugins, hung=hung, jobs=jobs, full=full)
         return _analyze(incident, plugins)
 
 

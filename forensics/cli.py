@@ -36,6 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     analyze.add_argument("--output", "-o", metavar="FILE", help="write the report here instead of stdout")
     analyze.add_argument("--no-plugins", action="store_true",
                          help="do not load third-party plugins from the 'forensics' entry points")
+    analyze.add_argument("--full", action="store_true",
+                         help="read every line of big logs (timelines) instead of their tail and init lines")
     analyze.add_argument("--jobs", "-j", type=int, default=None, metavar="N",
                          help="parse files in N processes (default: one per CPU)")
 
@@ -87,7 +89,7 @@ def _analyze(args) -> int:
     from .report import render
 
     try:
-        report = analyze(args.paths, hung=args.hung, jobs=args.jobs,
+        report = analyze(args.paths, hung=args.hung, jobs=args.jobs, full=args.full,
                          plugins=Plugins(autoload=False if args.no_plugins else None))
     except InputError as exc:
         print(f"forensics: {exc}", file=sys.stderr)

@@ -156,6 +156,13 @@ def is_p2p(op: str) -> bool:
     return op in P2P_OPS
 
 
+DEFAULT_GROUP = "0"  # c10d's default_pg; snapshots and dumps that name no group mean it
+
+
+def group_id(group: str) -> str:
+    return group or DEFAULT_GROUP
+
+
 # A group a stack dump shows only as an object address ("?0x7fc7…"): not the
 # default group, but whose members cannot be told from the dump.
 UNIDENTIFIED_GROUP = "?"
@@ -225,6 +232,36 @@ class GroupProgress:
     started: int | None = None
     completed: int | None = None
     evidence: Evidence | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessRecord:
+    """What a log says about one process: its communicators' progress, the
+    communication calls it issued last, its errors, and whether it died.
+
+    Like ProcessDump, a record is what the file says; ingest attributes it to
+    a global rank (by `rank`, by a pid map, or by host:pid seen elsewhere)
+    and merges it with the other artifacts of that rank.
+    """
+
+    source: str  # "nccl" | "torch" | "launcher"
+    path: str
+    host: str = ""
+    pid: int | None = None
+    rank: int | None = None        # global rank, when the log states it
+    local_rank: int | None = None  # a launcher's local rank ([default3]:, local_rank: 3)
+    # The most recent communication call the log shows, with group and seq
+    # where known, and up to a few before it (oldest first).
+    last_op: CommOp | None = None
+    recent_ops: tuple[CommOp, ...] = ()
+    progress: Mapping[str, GroupProgress] = field(default_factory=dict)
+    errors: tuple[Evidence, ...] = ()   # transport errors, timeouts, exceptions worth citing
+    peers_in_errors: tuple[int, ...] = ()  # global ranks named as the other side of an error
+    timed_out: bool = False             # a watchdog / Gloo / monitoredBarrier timeout fired here
+    alive: bool | None = None           # False when the log shows the process died
+    exit_code: int | None = None
+    signal: str = ""                    # "SIGKILL", "SIGABRT", ...
+    evidence: Evidence | None = None    # the line that identifies the process
 
 
 # Activities a rank can be in, from most to least informative.
@@ -298,6 +335,17 @@ class Artifact:
     path: str
     display: str  # the path as the report shows it (relative to the input)
     rank_hint: int | None = None
+    full: bool = False  # read every line (timelines), not only what the last state needs
+
+
+@dataclass(frozen=True, slots=True)
+class ReadStats:
+    """How much of one artifact was read, and how much of it was not understood."""
+
+    path: str
+    kind: str
+    lines: int = 0
+    unrecognized: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,10 +357,11 @@ class Incident:
     stuck: tuple[StuckSignal, ...] = ()
     # Stack dumps no rank could be attributed to: still shown, never dropped.
     unattributed: tuple[ProcessDump, ...] = ()
+    read: tuple[ReadStats, ...] = ()
 
     def members(self, group: str) -> tuple[int, ...]:
         """Global ranks of `group`; the world when the group is unknown."""
-        pg = self.groups.get(group)
+        pg = self.groups.get(group) or self.groups.get(group_id(group))
         if pg is not None and pg.ranks:
             return pg.ranks
         return tuple(sorted(self.ranks))

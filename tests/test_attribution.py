@@ -33,7 +33,7 @@ def test_pid_map_beats_path_and_disagreement_is_a_diagnostic():
     stated = PidMap()
     stated.add("", 4242, 5, "pid_map.json:3")
     diagnostics = []
-    placed, unattributed = attribute([_dump("rank3.pyspy.txt", 4242)], stated, diagnostics)
+    placed, unattributed, _ = attribute([_dump("rank3.pyspy.txt", 4242)], stated, diagnostics)
     assert list(placed) == [5] and not unattributed
     assert "pid 4242 in pid_map.json:3 says rank 5 but the file name says rank 3" in diagnostics[0].message
 
@@ -41,14 +41,14 @@ def test_pid_map_beats_path_and_disagreement_is_a_diagnostic():
 def test_unnamed_dump_attributed_through_a_pid_learned_from_another_dump():
     diagnostics = []
     dumps = [_dump("rank2.gdb.txt", 777), _dump("stacks/after-5min.txt", 777), _dump("mystery.txt", 999)]
-    placed, unattributed = attribute(dumps, PidMap(), diagnostics)
+    placed, unattributed, _ = attribute(dumps, PidMap(), diagnostics)
     assert [d.path for d in placed[2]] == ["rank2.gdb.txt", "stacks/after-5min.txt"]
     assert [d.path for d in unattributed] == ["mystery.txt"]
     assert "cannot tell which rank pid 999 is" in diagnostics[0].message
 
 
 def test_rank_local_in_the_dump():
-    placed, _ = attribute([_dump("stacks/a.txt", 1, hint=6)], PidMap(), [])
+    placed, _, _ = attribute([_dump("stacks/a.txt", 1, hint=6)], PidMap(), [])
     assert list(placed) == [6]
 
 

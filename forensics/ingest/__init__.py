@@ -10,6 +10,7 @@ from ..model import Artifact, Diagnostic, Incident, ProcessGroup, StuckSignal
 from . import stacks
 from .attribution import PidMap, attribute, rank_from_path
 from .facts import Facts
+from .records import groups_from_comms, state_from_records
 from .textio import InputError, file_size, looks_binary, read_head
 
 __all__ = ["InputError", "discover", "load_incident", "merge", "rank_from_path"]
@@ -17,7 +18,7 @@ __all__ = ["InputError", "discover", "load_incident", "merge", "rank_from_path"]
 _SKIP_DIRS = {".git", "__pycache__", ".hg", ".svn"}
 
 
-def discover(paths, plugins) -> tuple[list[Artifact], list[Diagnostic]]:
+def discover(paths, plugins, full: bool = False) -> tuple[list[Artifact], list[Diagnostic]]:
     """Find the artifacts under `paths` and ask the parsers which kind each is.
 
     A path that does not exist, or a file named explicitly that no parser
@@ -39,13 +40,13 @@ def discover(paths, plugins) -> tuple[list[Artifact], list[Diagnostic]]:
                     if kind is None:
                         diagnostics.append(Diagnostic(display, 0, note, "info"))
                     else:
-                        artifacts.append(Artifact(kind, path, display, rank_from_path(display)))
+                        artifacts.append(Artifact(kind, path, display, rank_from_path(display), full))
         else:
             display = root
             kind, note = _sniff(root, display, plugins)
             if kind is None:
                 raise InputError(display, note)
-            artifacts.append(Artifact(kind, root, display, rank_from_path(display)))
+            artifacts.append(Artifact(kind, root, display, rank_from_path(display), full))
     return artifacts, diagnostics
 
 
@@ -115,9 +116,10 @@ def _parse_all(artifacts, plugins, jobs: int):
     return results
 
 
-def load_incident(paths, plugins, hung: bool = False, jobs: int | None = None) -> Incident:
+def load_incident(paths, plugins, hung: bool = False, jobs: int | None = None,
+                  full: bool = False) -> Incident:
     """Discover, parse (in parallel for many files) and merge."""
-    artifacts, diagnostics = discover(paths, plugins)
+    artifacts, diagnostics = discover(paths, plugins, full)
     facts: list[Facts] = []
     errors: list[InputError] = []
     jobs = jobs if jobs is not None else (os.cpu_count() or 1)
@@ -157,12 +159,16 @@ def merge(facts: list[Facts], artifacts: tuple = (), diagnostics=()) -> Incident
     groups: dict[str, ProcessGroup] = {}
     previous_snapshot: Facts | None = None
     dumps: list[m.ProcessDump] = []
+    records: list[m.ProcessRecord] = []
+    comm_members: list = []
     stated = PidMap()
     for index in order:
         item = facts[index]
         diagnostics.extend(item.diagnostics)
         stuck.extend(item.stuck)
         dumps.extend(item.processes)
+        records.extend(item.records)
+        comm_members.extend(item.comm_members)
         for host, pid, rank, evidence in item.pid_ranks:
             stated.add(host, pid, rank, evidence.cite())
         for state in item.ranks:
@@ -181,13 +187,31 @@ def merge(facts: list[Facts], artifacts: tuple = (), diagnostics=()) -> Incident
                 if signal is not None:
                     stuck.append(signal)
             previous_snapshot = item
-    placed, unattributed = attribute(dumps, stated, diagnostics)
+    placed, unattributed, learned = attribute(dumps, stated, diagnostics)
     for rank, rank_dumps in placed.items():
         ranks[rank] = _combine(ranks.get(rank), _state_from_dumps(rank, rank_dumps))
+    if records or comm_members:
+        _merge_records(records, comm_members, stated, learned, ranks, groups, diagnostics)
     _check_references(ranks, groups, diagnostics)
+    read = tuple(m.ReadStats(f.path, f.kind, f.lines_read, f.unrecognized) for f in facts)
     return Incident(ranks=dict(sorted(ranks.items())), groups=groups, artifacts=tuple(artifacts),
                     diagnostics=tuple(diagnostics), stuck=tuple(stuck),
-                    unattributed=tuple(unattributed))
+                    unattributed=tuple(unattributed), read=read)
+
+
+def _merge_records(records, comm_members, stated, learned, ranks, groups, diagnostics) -> None:
+    placed, _, learned = attribute(records, stated, diagnostics, learned)
+
+    def pid_rank(host, pid):
+        found = stated.lookup(host, pid) or learned.lookup(host, pid)
+        return found[0] if found else None
+
+    comm_groups, notes = groups_from_comms(comm_members, pid_rank)
+    diagnostics.extend(notes)
+    for gid, group in comm_groups.items():
+        groups.setdefault(gid, group)
+    for rank in sorted(placed):
+        ranks[rank] = state_from_records(rank, placed[rank], ranks.get(rank), groups)
 
 
 def _state_from_dumps(rank: int, dumps: list[m.ProcessDump]) -> m.RankState:

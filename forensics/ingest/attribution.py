@@ -15,7 +15,7 @@ import os
 import re
 from collections import defaultdict
 
-from ..model import Diagnostic, ProcessDump
+from ..model import Diagnostic
 
 _RANK_IN_PATH = re.compile(r"(?:^|[^a-z])rank[_\-.]?(\d{1,7})(?!\d)", re.IGNORECASE)
 _TRAILING_NUMBER = re.compile(r"[._\-](\d{1,7})(?:\.[a-z]+)*$", re.IGNORECASE)
@@ -57,42 +57,52 @@ class PidMap:
         return None
 
 
-def attribute(dumps: list[ProcessDump], stated: PidMap, diagnostics: list[Diagnostic]):
-    """Return ({rank: [dumps]}, [unattributed dumps])."""
-    placed: dict[int, list[ProcessDump]] = defaultdict(list)
-    pending: list[ProcessDump] = []
-    learned = PidMap()
-    for dump in dumps:
+def attribute(items, stated: PidMap, diagnostics: list[Diagnostic], learned: PidMap | None = None):
+    """Place stack dumps or log records on global ranks.
+
+    Returns ({rank: [items]}, [unattributed items], learned pid map). What an
+    item says of itself (a log's `[rank3]:` prefix) comes first, then a pid
+    map, the path, a rank variable in a dump, and last the pids learned from
+    items already placed (pass `learned` on to place the next kind).
+    """
+    placed: dict[int, list] = defaultdict(list)
+    pending: list = []
+    learned = learned if learned is not None else PidMap()
+    for item in items:
         candidates = []
-        from_map = stated.lookup(dump.host, dump.pid)
+        own = getattr(item, "rank", None)
+        if own is not None:
+            candidates.append((own, "the log line itself"))
+        from_map = stated.lookup(item.host, item.pid)
         if from_map is not None:
-            candidates.append((from_map[0], f"pid {dump.pid} in {from_map[1]}"))
-        from_path = rank_from_path(dump.path)
-        if from_path is not None:
+            candidates.append((from_map[0], f"pid {item.pid} in {from_map[1]}"))
+        from_path = rank_from_path(item.path)
+        if from_path is not None and own is None:
             candidates.append((from_path, "the file name"))
-        if dump.rank_hint is not None:
-            candidates.append((dump.rank_hint, "a rank variable in the dump"))
+        hint = getattr(item, "rank_hint", None)
+        if hint is not None:
+            candidates.append((hint, "a rank variable in the dump"))
         if not candidates:
-            pending.append(dump)
+            pending.append(item)
             continue
         rank, source = candidates[0]
         for other, other_source in candidates[1:]:
             if other != rank:
                 diagnostics.append(Diagnostic(
-                    dump.path, dump.evidence.line if dump.evidence else 0,
+                    item.path, item.evidence.line if item.evidence else 0,
                     f"{source} says rank {rank} but {other_source} says rank {other}: using rank {rank}"))
-        placed[rank].append(dump)
-        if dump.pid is not None:
-            learned.add(dump.host, dump.pid, rank, dump.path)
+        placed[rank].append(item)
+        if item.pid is not None:
+            learned.add(item.host, item.pid, rank, item.path)
     unattributed = []
-    for dump in pending:
-        found = learned.lookup(dump.host, dump.pid)
+    for item in pending:
+        found = learned.lookup(item.host, item.pid)
         if found is None:
-            unattributed.append(dump)
+            unattributed.append(item)
             diagnostics.append(Diagnostic(
-                dump.path, dump.evidence.line if dump.evidence else 0,
-                f"cannot tell which rank pid {dump.pid} is (no rank in the path, the dump or a pid map): "
+                item.path, item.evidence.line if item.evidence else 0,
+                f"cannot tell which rank pid {item.pid} is (no rank in the path, the artifact or a pid map): "
                 f"shown as unattributed", "warning"))
         else:
-            placed[found[0]].append(dump)
-    return placed, unattributed
+            placed[found[0]].append(item)
+    return placed, unattributed, learned

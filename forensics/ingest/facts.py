@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..model import Diagnostic, Evidence, ProcessDump, ProcessGroup, RankState, StuckSignal
+from ..model import Diagnostic, Evidence, ProcessDump, ProcessGroup, ProcessRecord, RankState, StuckSignal
 
 
 @dataclass(slots=True)
@@ -20,6 +20,16 @@ class Facts:
     # (host, pid, rank, evidence) pairs this artifact states: a collector's
     # pid map, a launcher's failure summary, NCCL init lines.
     pid_ranks: list[tuple[str, int, int, Evidence]] = field(default_factory=list)
+    # Log-derived facts per process (NCCL, c10d, launcher logs).
+    records: list[ProcessRecord] = field(default_factory=list)
+    # NCCL communicator members as init lines state them:
+    # (group id, rank in that communicator, communicator size, host, pid, evidence).
+    # The world communicator (size == world) maps host:pid to global rank.
+    comm_members: list[tuple[str, int, int, str, int, Evidence]] = field(default_factory=list)
+    # Lines that looked like this kind's lines but could not be read, and all
+    # lines read, per file: the report shows the counts, nothing is dropped silently.
+    unrecognized: int = 0
+    lines_read: int = 0
     # When the artifact was taken (epoch seconds), for ordering snapshots of
     # the same ranks; None when the artifact does not say.
     observed_at: float | None = None

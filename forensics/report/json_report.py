@@ -60,6 +60,8 @@ def to_dict(report, lang: str = "en") -> dict:
         "unattributed": [{"dumps": [{"path": d.path, "pid": d.pid, "source": d.source} for d in dumps],
                           "state": c.activity, "op": c.op or None, "why": c.why}
                          for c, dumps in stackclasses.group_dumps(report.incident.unattributed)],
+        "read": [{"path": r.path, "kind": r.kind, "lines": r.lines, "unrecognized": r.unrecognized}
+                 for r in report.incident.read],
         "diagnostics": [d.to_json() for d in report.diagnostics],
     }
 

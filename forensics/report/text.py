@@ -48,6 +48,12 @@ def render(report, lang: str = "en") -> str:
         for finding in report.findings:
             message = finding.message_zh if zh and finding.message_zh else finding.message
             out.append(f"  [{finding.severity}] {finding.rule}: {message}")
+    unread = [r for r in report.incident.read if r.unrecognized]
+    if unread:
+        out.append("")
+        out.append(("未能识别的行: " if zh else "Lines not understood: ")
+                   + ", ".join(f"{r.path} {r.unrecognized} of {r.lines}" for r in unread[:8])
+                   + (" …" if len(unread) > 8 else ""))
     skipped = [d for d in report.diagnostics if d.severity == "info" and d.line == 0]
     problems = [d for d in report.diagnostics if d not in skipped]
     if skipped:

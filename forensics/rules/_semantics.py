@@ -3,7 +3,7 @@ that turn rank states into wait-for edges."""
 
 from __future__ import annotations
 
-from ..model import CommOp, Incident, RankState
+from ..model import CommOp, Incident, RankState, group_id
 
 
 def has_arrived(incident: Incident, waiter: RankState, awaited: int) -> bool:
@@ -34,10 +34,10 @@ def has_arrived(incident: Incident, waiter: RankState, awaited: int) -> bool:
 
 def _in_collective(other: RankState, op: CommOp) -> bool:
     theirs = other.current_op
-    if theirs is not None and theirs.is_collective and theirs.group == op.group:
+    if theirs is not None and theirs.is_collective and group_id(theirs.group) == group_id(op.group):
         if op.seq is None or theirs.seq is None or theirs.seq >= op.seq:
             return True
-    progress = other.progress.get(op.group)
+    progress = other.progress.get(group_id(op.group)) or other.progress.get(op.group)
     if progress is not None and op.seq is not None:
         issued = max(x for x in (progress.enqueued, progress.started, progress.completed, -1)
                      if x is not None)

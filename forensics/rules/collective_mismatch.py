@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 
 from ..hookspecs import hookimpl
-from ..model import UNIDENTIFIED_GROUP, Finding
+from ..model import UNIDENTIFIED_GROUP, Finding, group_id
 from ..ranges import compact as _ranks
 
 ID = "collective-mismatch"
@@ -32,9 +32,9 @@ def forensics_findings(incident):
         if op is None or not op.is_collective or state.is_dead:
             continue
         if op.seq is None:
-            unnumbered[op.group or "0"].append(state)
+            unnumbered[group_id(op.group)].append(state)
         else:
-            positions[(op.group or "0", op.seq)].append(state)
+            positions[(group_id(op.group), op.seq)].append(state)
     # Stack dumps give the call but not its sequence number. When every member
     # of a group is blocked in one of its collectives, they are at the same
     # position: none of them can have passed a collective the others are in.

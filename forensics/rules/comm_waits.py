@@ -8,7 +8,7 @@ receive from any source waits on any one member (OR)."""
 from __future__ import annotations
 
 from ..hookspecs import hookimpl
-from ..model import AND, OR, UNIDENTIFIED_GROUP, WaitEdge
+from ..model import AND, OR, UNIDENTIFIED_GROUP, WaitEdge, group_id
 from ._semantics import describe_op, has_arrived, rank_evidence
 
 ID = "comm-waits"
@@ -27,7 +27,7 @@ def forensics_wait_edges(incident):
         if op.is_collective and op.group.startswith(UNIDENTIFIED_GROUP):
             continue  # members unknown: claiming whom it waits for would be a guess
         if op.is_collective:
-            node = ("coll", op.group or "0", op.seq if op.seq is not None else "?")
+            node = ("coll", group_id(op.group), op.seq if op.seq is not None else "?")
             reason = expanded.get(node)
             if reason is not None:
                 edges.append(WaitEdge(rank, node, AND, reason, ID, evidence))

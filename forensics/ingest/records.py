@@ -1,0 +1,139 @@
+"""Log records (NCCL, c10d, launcher) into rank states and process groups.
+
+Logs say which calls a process issued and how far each group got; stack
+dumps say where its main thread is now. When both exist the dump decides
+where the rank is and the log adds what a dump cannot know: the group and
+sequence number of that call, per-group progress, errors, and how the
+process ended. A rank known only from logs sits in its last logged call.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import replace
+
+from .. import model as m
+from ..model import Diagnostic, GroupProgress, ProcessGroup, ProcessRecord
+
+PEER_CLAIM = "torch-peer-claim"  # what one rank's log says another rank is doing
+
+
+def groups_from_comms(comm_members, pid_rank) -> tuple[dict[str, ProcessGroup], list[Diagnostic]]:
+    """NCCL communicators as process groups of global ranks.
+
+    `comm_members`: (group id, rank in the communicator, size, host, pid,
+    evidence) from init lines; `pid_rank(host, pid)` gives the global rank.
+    """
+    by_group: dict[str, dict[int, int | None]] = defaultdict(dict)
+    sizes: dict[str, int] = {}
+    diagnostics = []
+    for group, comm_rank, size, host, pid, evidence in comm_members:
+        sizes[group] = size
+        by_group[group][comm_rank] = pid_rank(host, pid)
+    groups = {}
+    for group, members in by_group.items():
+        size = sizes[group]
+        known = [members.get(i) for i in range(size)]
+        if all(r is not None for r in known):
+            groups[group] = ProcessGroup(group, "", tuple(known))
+        else:
+            missing = [i for i, r in enumerate(known) if r is None]
+            diagnostics.append(Diagnostic("", 0, f"communicator {group}: {len(missing)} of {size} members "
+                                                  f"not seen in any init line or pid map; its members are partly unknown",
+                                          "info"))
+            if not missing or len(missing) < size:
+                groups[group] = ProcessGroup(group, "", tuple(r for r in known if r is not None))
+    return groups, diagnostics
+
+
+def global_peers(op: m.CommOp | None, groups: dict[str, ProcessGroup]) -> m.CommOp | None:
+    """NCCL names send/recv peers by their rank in the communicator."""
+    if op is None or not op.peers or not op.group.startswith("nccl:"):
+        return op
+    group = groups.get(op.group)
+    if group is None or not group.ranks:
+        return op
+    mapped = tuple(group.ranks[p] for p in op.peers if 0 <= p < len(group.ranks))
+    return replace(op, peers=mapped) if len(mapped) == len(op.peers) else op
+
+
+def state_from_records(rank: int, records: list[ProcessRecord], existing: m.RankState | None,
+                       groups: dict[str, ProcessGroup]) -> m.RankState:
+    own = [r for r in records if r.source != PEER_CLAIM]
+    claims = own or records  # another rank's word only when this rank's own logs are silent
+    last = next((r.last_op for r in reversed(claims) if r.last_op is not None), None)
+    last = global_peers(last, groups)
+    progress: dict[str, GroupProgress] = dict(existing.progress) if existing else {}
+    for record in records:
+        for group, counters in record.progress.items():
+            progress[group] = _max_progress(progress.get(group), counters)
+    events = tuple(e for r in records for e in r.errors)
+    died = next((r for r in records if r.alive is False), None)
+    pid = next((r.pid for r in records if r.pid is not None), None)
+    host = next((r.host for r in records if r.host), "")
+    identity = next((r.evidence for r in claims if r.evidence is not None), None)
+
+    if existing is None or existing.activity == m.UNKNOWN:
+        activity, current = m.UNKNOWN, None
+        if last is not None and last.state != "completed":
+            activity, current = m.BLOCKED, last
+        alive = None
+        if died is not None:
+            activity, alive = m.EXITED, False
+        why = _why(last, died)
+        return m.RankState(rank=rank, host=host, pid=pid, alive=alive, activity=activity,
+                           current_op=current, progress=progress, log_events=events,
+                           evidence=(last.evidence if last is not None and last.evidence else identity),
+                           why=why)
+
+    updates = {"progress": progress, "log_events": existing.log_events + events}
+    if not existing.pid and pid is not None:
+        updates["pid"] = pid
+    if not existing.host and host:
+        updates["host"] = host
+    current = existing.current_op
+    if current is not None and last is not None and _same_call(current, last):
+        # The dump says where it is; the log says which group and which seq.
+        updates["current_op"] = replace(current, group=current.group or last.group,
+                                        seq=current.seq if current.seq is not None else last.seq,
+                                        sizes=current.sizes or last.sizes, dtype=current.dtype or last.dtype,
+                                        timeout_ms=current.timeout_ms or last.timeout_ms,
+                                        elapsed_ms=current.elapsed_ms or last.elapsed_ms)
+    if died is not None and existing.alive is not True:
+        updates.update(alive=False, activity=m.EXITED, current_op=None, why=_why(last, died))
+    return replace(existing, **updates)
+
+
+def _same_call(a: m.CommOp, b: m.CommOp) -> bool:
+    if a.op in ("comm", "") or b.op in ("comm", ""):
+        return True
+    if a.op != b.op:
+        return False
+    if (m.group_id(a.group) != m.group_id(b.group) and not a.group.startswith(m.UNIDENTIFIED_GROUP)
+            and not b.group.startswith("nccl")):
+        return False
+    return True
+
+
+def _max_progress(a: GroupProgress | None, b: GroupProgress) -> GroupProgress:
+    if a is None:
+        return b
+
+    def top(x, y):
+        return y if x is None else x if y is None else max(x, y)
+    return GroupProgress(top(a.enqueued, b.enqueued), top(a.started, b.started),
+                         top(a.completed, b.completed), b.evidence or a.evidence)
+
+
+def _why(last: m.CommOp | None, died: ProcessRecord | None) -> str:
+    if died is not None:
+        how = f"exit code {died.exit_code}" if died.exit_code is not None else "exited"
+        if died.signal:
+            how += f" ({died.signal})"
+        where = f" [{died.evidence.cite()}]" if died.evidence else ""
+        return f"process ended: {how}{where}"
+    if last is None:
+        return ""
+    seq = f" #{last.seq}" if last.seq is not None else ""
+    group = f" on group {last.group}" if last.group else ""
+    return f"last logged call: {last.op}{seq}{group}"
