@@ -294,6 +294,9 @@ class RankState:
     progress: Mapping[str, GroupProgress] = field(default_factory=dict)
     log_events: tuple[Evidence, ...] = ()
     evidence: Evidence | None = None
+    # Recent communication calls from logs and Flight Recorder, oldest first,
+    # so rules can compare ranks call by call, not only where they stopped.
+    history: tuple[CommOp, ...] = ()
     # Why the rank is in this state, for people: the deciding frame and the
     # job's own call site ("send (distributed_c10d.py:2753) ← send_activations (train.py:277)").
     why: str = ""

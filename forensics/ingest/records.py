@@ -68,6 +68,7 @@ def state_from_records(rank: int, records: list[ProcessRecord], existing: m.Rank
         for group, counters in record.progress.items():
             progress[group] = _max_progress(progress.get(group), counters)
     events = tuple(e for r in records for e in r.errors)
+    history = _history(claims, groups)
     died = next((r for r in records if r.alive is False), None)
     pid = next((r.pid for r in records if r.pid is not None), None)
     host = next((r.host for r in records if r.host), "")
@@ -82,11 +83,12 @@ def state_from_records(rank: int, records: list[ProcessRecord], existing: m.Rank
             activity, alive = m.EXITED, False
         why = _why(last, died)
         return m.RankState(rank=rank, host=host, pid=pid, alive=alive, activity=activity,
-                           current_op=current, progress=progress, log_events=events,
+                           current_op=current, progress=progress, log_events=events, history=history,
                            evidence=(last.evidence if last is not None and last.evidence else identity),
                            why=why)
 
-    updates = {"progress": progress, "log_events": existing.log_events + events}
+    updates = {"progress": progress, "log_events": existing.log_events + events,
+               "history": existing.history + history}
     if not existing.pid and pid is not None:
         updates["pid"] = pid
     if not existing.host and host:
@@ -102,6 +104,20 @@ def state_from_records(rank: int, records: list[ProcessRecord], existing: m.Rank
     if died is not None and existing.alive is not True:
         updates.update(alive=False, activity=m.EXITED, current_op=None, why=_why(last, died))
     return replace(existing, **updates)
+
+
+def _history(records: list[ProcessRecord], groups) -> tuple[m.CommOp, ...]:
+    """Recent calls of all records, one per (group, seq, op), in record order."""
+    seen = set()
+    out = []
+    for record in records:
+        for op in record.recent_ops + ((record.last_op,) if record.last_op is not None else ()):
+            key = (m.group_id(op.group), op.seq, op.op, op.state)
+            if key in seen:
+                continue
+            seen.add(key)
+            out.append(global_peers(op, groups))
+    return tuple(out)
 
 
 def _same_call(a: m.CommOp, b: m.CommOp) -> bool:
