@@ -105,7 +105,7 @@ def narrative(report, lang: str = "en") -> str:
             return text
         text = labels["healthy"].format(n=n_ranks)
         waiting = len(report.analysis.waiting)
-        if waiting:
+        if waiting and not report.incident.stuck:
             text += labels["healthy_wait"].format(w=waiting)
         return text
 
@@ -125,7 +125,7 @@ def narrative(report, lang: str = "en") -> str:
     lines.append(f"{labels['evidence']}:")
     if lead.evidence:
         for item in lead.evidence[:MAX_EVIDENCE]:
-            lines.append(f"  - {item.cite()}: {item.text}")
+            lines.append(f"  - {item.cite()}: {_clip(item.text)}")
         if len(lead.evidence) > MAX_EVIDENCE:
             lines.append("  " + labels["more"].format(n=len(lead.evidence) - MAX_EVIDENCE))
     else:
@@ -134,6 +134,12 @@ def narrative(report, lang: str = "en") -> str:
     if hint:
         lines.append(f"{labels['next']}: {hint}")
     return "\n".join(lines)
+
+
+def _clip(text: str, width: int = 200) -> str:
+    """Log lines can run to kilobytes (a fingerprint mismatch is one line)."""
+    text = text.strip()
+    return text if len(text) <= width else text[:width - 1] + "…"
 
 
 def _signal_text(signal, zh: bool) -> str:

@@ -259,7 +259,7 @@ def analyze_graph(graph: nx.DiGraph, incident: Incident) -> GraphAnalysis:
                 queue.append(succ)
     dead_awaited = sorted(n for n in reach if n in dead)
     sink_nodes = [n for n in reach
-                  if isinstance(n, int) and n not in dead and graph.out_degree(n) == 0]
+                  if isinstance(n, int) and n not in dead and not _waits_on_someone(graph, n)]
     targets = sink_nodes + dead_awaited
     # Exact transitive counts are a BFS each: affordable for the handful of
     # culprits a real hang has; thousands of sinks get direct-waiter counts.

@@ -17,6 +17,8 @@ BUILTIN_PLUGINS = (
     "forensics.ingest.manifest",
     "forensics.ingest.pyspy",
     "forensics.ingest.gdb",
+    "forensics.ingest.nccl",
+    "forensics.ingest.torchlog",
     "forensics.rules.declared_waits",
     "forensics.rules.comm_waits",
     "forensics.rules.stream_waits",

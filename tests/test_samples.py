@@ -22,9 +22,29 @@ def test_p2p_cycle_sample_is_a_deadlock(run_cli):
 
 
 def test_healthy_snapshots_stay_healthy_even_with_ranks_waiting(run_cli):
-    # Dumps taken seconds apart while the job ran: each rank shows up in
-    # different places, which is progress.
-    result = run_cli("analyze", SAMPLES / "healthy_then_mismatch_at_exit", "-f", "json")
+    # Stack dumps taken seconds apart while the job ran: each rank shows up
+    # in different places, which is progress.
+    dumps = sorted(str(p) for p in (SAMPLES / "healthy_then_mismatch_at_exit").glob("rank*")
+                   if p.name.endswith((".pyspy.txt", ".pyspy.json", ".native.txt", ".locals.txt",
+                                       ".gdb.txt", ".gdb_pybt.txt")))
+    result = run_cli("analyze", *dumps, "-f", "json")
     report = json.loads(result.stdout)
     assert result.returncode == 0 and report["verdict"] == "healthy"
     assert all("moving between dumps" in r["why"] for r in report["ranks"].values())
+
+
+def test_the_logs_of_the_same_job_show_its_later_mismatch(run_cli):
+    # Its logs go on past the dumps: when time ran out, rank 2 called the
+    # end-of-training barrier (#962) while the others called all_reduce #962.
+    result = run_cli("analyze", SAMPLES / "healthy_then_mismatch_at_exit", "-f", "json")
+    report = json.loads(result.stdout)
+    assert report["verdict"] == "collective_mismatch" and report["culprit_ranks"] == [2]
+
+
+def test_detail_mode_mismatch_from_logs_alone(run_cli):
+    result = run_cli("analyze", SAMPLES / "collective_mismatch_detail", "-f", "json")
+    report = json.loads(result.stdout)
+    assert result.returncode == 1
+    assert report["verdict"] == "collective_mismatch" and report["culprit_ranks"] == [0]
+    ops = {r: (v["op"], v["seq"]) for r, v in report["ranks"].items()}
+    assert ops == {"0": ("all_reduce", 3), "1": ("broadcast", 3), "2": ("broadcast", 3), "3": ("broadcast", 3)}

@@ -27,9 +27,9 @@ def forensics_findings(incident):
     (it did not hang, but it is a bug); otherwise an error."""
     positions = defaultdict(dict)  # (group, seq) → {rank: CommOp}
     unnumbered = defaultdict(dict)
+    # Dead ranks count too: a rank that died in (or because of) a mismatched
+    # collective is evidence of the mismatch, as with DETAIL mode's error.
     for rank, state in incident.ranks.items():
-        if state.is_dead:
-            continue
         for op in state.history:
             if op.is_collective and op.seq is not None:
                 positions[(group_id(op.group), op.seq)][rank] = op
