@@ -40,9 +40,19 @@ What the file cannot tell, and what we assume:
   progress on the same thread (Init START or the comm summary line before
   them), else to the communicator of the process's last call (NCCL 2.19+
   connects lazily at the first call), else to the next Init COMPLETE on the
-  thread (NCCL before 2.18.3 prints no Init START).
+  thread (NCCL before 2.18.3 prints no Init START), else to the process's
+  only communicator. Lines none of these place are counted, not guessed.
 - `opCount` never decreases within a communicator, so its last call is its
-  furthest.
+  furthest. A communicator with an init line and no call has enqueued -1
+  (none, as c10d counts), when the file shows COLL lines at all.
+- A WARN names a peer by address (`10.0.0.2<port>`); it becomes a rank
+  only when exactly one process of the file announced that address
+  (Bootstrap / `OOB`) and its rank is known. `Mismatched NCCL version`
+  names ranks of the communicator being initialised: kept when that is the
+  largest one, whose ranks are the global ranks.
+- In tail mode `recent_ops` are the calls the tail shows, or, for a
+  process silent there, the newest call of each of its communicators;
+  `lines_read` counts the lines actually read.
 """
 
 from __future__ import annotations
@@ -86,18 +96,22 @@ _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _GZIP_MAGIC = b"\x1f\x8b"
 
 _ANSI = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]")
+# The prefix ends at the first `NCCL <LEVEL>` it can; every part of it is
+# bounded, and `_prefix` only looks PREFIX_REACH bytes before each `NCCL `,
+# so a long line costs linear time, not quadratic.
 _PREFIX = re.compile(rb"""
-    (?P<host>[^\s:\[\]()<>]+):(?P<pid>\d+):(?P<tid>\d+)[ ]
-    (?:\[(?P<dev>-?\d+)\][ ])?
-    (?: (?P<where>\S+:\d+(?:[ ]\([^)\n]*\))?)[ ]NCCL[ ](?P<warn>WARN)
-      | -?[\d.]+[ ]\S+:\d+[ ]NCCL[ ](?P<trace>TRACE)
-      | (?:[\d.]+[ ])?NCCL[ ](?P<level>INFO|WARN|TRACE|CALL) )
+    (?P<host>[^\s:\[\]()<>]{1,255}):(?P<pid>\d{1,10}):(?P<tid>\d{1,10})[ ]
+    (?:\[(?P<dev>-?\d{1,5})\][ ])?
+    (?: (?P<where>\S{1,300}:\d{1,9}(?:[ ]\([^)\n]{0,200}\))?)[ ]NCCL[ ](?P<warn>WARN)
+      | -?[\d.]{1,30}[ ]\S{1,300}:\d{1,9}[ ]NCCL[ ](?P<trace>TRACE)
+      | (?:[\d.]{1,30}[ ])?NCCL[ ](?P<level>INFO|WARN|TRACE|CALL) )
     (?:[ ]|$)""", re.X)
+PREFIX_REACH = 1024
 _LOOKS_NCCL = re.compile(rb"NCCL (?:INFO|WARN|TRACE|CALL)(?:\s|$)")
-_BARE_VERSION = re.compile(rb"(?:^|[\s\]:])NCCL version \d+\.\d+\.\d+\S*\+(?:cuda|hip|rocm)")
+_BARE_VERSION = re.compile(rb"(?:^|[\s\]:])NCCL version \d{1,3}\.\d{1,3}\.\d{1,3}\S{0,40}\+(?:cuda|hip|rocm)")
 _OUTER_RANK = re.compile(rb"\[rank(\d+)\]:")
 _OUTER_LOCAL = re.compile(rb"\[default(\d+)\]:")
-_RAY_REPEAT = re.compile(rb"\s*\[repeated \d+x across cluster\]\s*$")
+_RAY_REPEAT = re.compile(rb" ?\[repeated \d{1,9}x across cluster\]")
 _BOOTSTRAP = re.compile(rb"Bootstrap ?: ?Using")
 _END_EVENT = (b"- Init ", b"- Abort ", b"- Destroy ", b"- Revoke ")
 # Every number of a message: hex after opCount/busId and inside brackets,
@@ -110,7 +124,7 @@ _SHAPE = bytes.maketrans(b"0123456789abcdef", b"#" * 16)
 _ANCHOR = re.compile(rb"NCCL (?:WARN|INFO (?!\w+: opCount [1-9a-fA-F])|version )")
 _IP = re.compile(r"(?:^|[\s\]:/])(\d{1,3}(?:\.\d{1,3}){3}|[0-9a-fA-F]*:[0-9a-fA-F:]+)<-?\d+>")
 
-_SNIFF = re.compile(rb"[^\s:\[\]()<>]+:\d+:\d+ (?:\[-?\d+\] )?(?:\S+ (?:\S+ )?)?NCCL (?:INFO|WARN|TRACE|CALL)\b")
+
 
 
 # ------------------------------------------------------------------ entry points
@@ -126,7 +140,7 @@ def sniff(path: str, head: bytes) -> bool:
         return False
     if b"\x1b" in head:
         head = _ANSI.sub(b"", head)
-    return bool(_SNIFF.search(head))
+    return any(_prefix(line) is not None for line in head.split(b"\n") if b"NCCL " in line)
 
 
 def parse(path: str, display: str, full: bool = False) -> Facts:
@@ -146,7 +160,7 @@ def parse(path: str, display: str, full: bool = False) -> Facts:
             handle.seek(0)
             if magic.startswith(_GZIP_MAGIC):
                 with gzip.GzipFile(fileobj=handle) as stream:
-                    _read_stream(stream.read, reader, compressed="gzip")
+                    _read_stream(stream.read1, reader, compressed="gzip")
             elif magic == _ZSTD_MAGIC:
                 _read_zstd(handle, reader)
             elif full or size <= TAIL_THRESHOLD:
@@ -156,7 +170,7 @@ def parse(path: str, display: str, full: bool = False) -> Facts:
     except OSError as exc:
         raise InputError(display, f"cannot read: {exc.strerror.lower() if exc.strerror else exc}") from None
     reader.finish()
-    _remember(facts, reader.topology)
+    _remember(id(facts), (facts, reader.topology))
     return facts
 
 
@@ -188,7 +202,8 @@ def topology(source) -> dict:
     cached = _TOPOLOGY.get(key)
     if cached is None:
         facts = parse(path, path)
-        cached = _TOPOLOGY[key] = (facts, _TOPOLOGY[id(facts)][1])
+        cached = _TOPOLOGY[id(facts)]
+        _remember(key, cached)
     return cached[1]
 
 
@@ -201,7 +216,7 @@ def forensics_sniff(path, head):
 def forensics_parse(artifact):
     if artifact.kind != KIND:
         return None
-    return parse(artifact.path, artifact.display)
+    return parse(artifact.path, artifact.display, full=getattr(artifact, "full", False))
 
 
 # The topology of the last files parsed, by id(facts) (the Facts kept alive
@@ -210,8 +225,8 @@ _TOPOLOGY: "collections.OrderedDict" = collections.OrderedDict()
 _TOPOLOGY_KEEP = 64
 
 
-def _remember(facts: Facts, topo: dict) -> None:
-    _TOPOLOGY[id(facts)] = (facts, topo)
+def _remember(key, entry: tuple) -> None:
+    _TOPOLOGY[key] = entry
     while len(_TOPOLOGY) > _TOPOLOGY_KEEP:
         _TOPOLOGY.popitem(last=False)
 
@@ -229,33 +244,27 @@ def _chunks(read, reader: "_Reader", first_line: int = 1) -> Iterator[tuple[int,
         block = read(CHUNK)
         if not block:
             break
+        lines = block.split(b"\n")
         if skipping:
-            newline = block.find(b"\n")
-            if newline < 0:
+            if len(lines) == 1:
                 continue
-            block = block[newline + 1:]
+            del lines[0]
             skipping = False
             line_no += 1
-        data = carry + block if carry else block
-        cut = data.rfind(b"\n")
-        if cut < 0:
-            carry = data
-            if len(carry) > MAX_LINE:
-                reader.long_line(line_no)
-                carry, skipping = b"", True
-            continue
-        lines = data[:cut].split(b"\n")
-        carry = data[cut + 1:]
+        elif carry:
+            lines[0] = carry + lines[0]
+        carry = lines.pop()
         if len(carry) > MAX_LINE:
             reader.long_line(line_no + len(lines))
             carry, skipping = b"", True
-        if cut > MAX_LINE and max(map(len, lines)) > MAX_LINE:
+        if lines and max(map(len, lines)) > MAX_LINE:
             for index, line in enumerate(lines):
                 if len(line) > MAX_LINE:
                     reader.long_line(line_no + index)
                     lines[index] = b""
-        yield line_no, lines
-        line_no += len(lines)
+        if lines:
+            yield line_no, lines
+            line_no += len(lines)
     if skipping:
         line_no += 1
     if carry:
@@ -265,14 +274,47 @@ def _chunks(read, reader: "_Reader", first_line: int = 1) -> Iterator[tuple[int,
 
 
 def _read_stream(read, reader: "_Reader", compressed: str = "") -> None:
+    if compressed:
+        read = _Salvage(read).read
     try:
         for line_no, lines in _chunks(read, reader):
             reader.feed(lines, line_no)
-    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+    except _CORRUPT as exc:
         if not compressed:
             raise
+        reader.last_line = max(reader.last_line, reader.line_seen)
         reader.facts.diag(reader.line_seen, f"{compressed} stream is corrupt or cut short after line "
                                             f"{reader.line_seen:,} ({exc}): the rest is unread", "error")
+
+
+_CORRUPT = (EOFError, zlib.error, gzip.BadGzipFile)
+
+
+class _Salvage:
+    """Reads a decompressing stream in small steps, so that a stream cut
+    short or corrupt gives up what came before the damage (a big read that
+    hits it returns nothing), then raises the error."""
+
+    def __init__(self, read1):
+        self.read1, self.error = read1, None
+
+    def read(self, size: int) -> bytes:
+        if self.error is not None:
+            raise self.error
+        parts, got = [], 0
+        while got < size:
+            try:
+                block = self.read1(min(size - got, 1 << 20))
+            except _CORRUPT + (OSError,) as exc:
+                self.error = exc if isinstance(exc, _CORRUPT) else EOFError(str(exc))
+                break
+            if not block:
+                break
+            parts.append(block)
+            got += len(block)
+        if not parts and self.error is not None:
+            raise self.error
+        return b"".join(parts)
 
 
 def _read_zstd(handle, reader: "_Reader") -> None:
@@ -284,7 +326,7 @@ def _read_zstd(handle, reader: "_Reader") -> None:
         return
     with zstandard.ZstdDecompressor().stream_reader(handle) as stream:
         try:
-            _read_stream(stream.read, reader)
+            _read_stream(getattr(stream, "read1", stream.read), reader, compressed="zstd")
         except zstandard.ZstdError as exc:
             reader.facts.diag(reader.line_seen, f"zstd stream is corrupt after line {reader.line_seen:,} "
                                                 f"({exc}): the rest is unread", "error")
@@ -383,8 +425,8 @@ def _read_tail(handle, size: int, reader: "_Reader") -> None:
     facts.lines_read = head_lines + (total - tail_first + 1) + anchors + found
     facts.diag(0, f"tail mode: read lines 1-{head_lines:,} (the first {head_end / 2**20:.0f} MiB) and "
                   f"{tail_first:,}-{total:,} (the last {(size - tail_start) / 2**20:.0f} MiB) of "
-                  f"{size / 2**20:,.0f} MiB; of the lines between, the {anchors:,} that matter anywhere "
-                  f"(inits, warnings, topology) and {found:,} last call(s) of processes and communicators "
+                  f"{size / 2**20:,.0f} MiB; of the lines between, the {anchors:,} NCCL lines other than "
+                  f"calls (inits, warnings, topology) and {found:,} last call(s) of processes and communicators "
                   "the tail does not show; parse with full=True to read every line", "info")
 
 
@@ -402,31 +444,26 @@ def _search_back(handle, checkpoints, reader: "_Reader") -> int:
             break
         handle.seek(start)
         chunk = handle.read(end - start)
+        for at, ptr in _pointer_hits(chunk, by_comm):
+            owners = by_comm[ptr]
+            line_start = chunk.rfind(b"\n", 0, at) + 1
+            call = reader.read_call(chunk[line_start:chunk.find(b"\n", at)])
+            if call is not None and call[0] in owners:
+                number = first_line + chunk.count(b"\n", 0, line_start)
+                if number > owners.pop(call[0]) and reader.add_older(call, number):
+                    found += 1
+                if not owners:
+                    del by_comm[ptr]
         for ptr in list(by_comm):
             owners = by_comm[ptr]
-            needle = b"comm " + ptr + b" [nranks="
-            at = len(chunk)
-            while owners:
-                at = chunk.rfind(needle, 0, at)
-                if at < 0:
-                    break
-                line_start = chunk.rfind(b"\n", 0, at) + 1
-                call = reader.read_call(chunk[line_start:chunk.find(b"\n", at)])
-                at = line_start
-                if call is None or call[0] not in owners:
-                    continue
-                number = first_line + chunk.count(b"\n", 0, line_start)
-                if number > owners.pop(call[0]):
-                    reader.add_older(call, number)
-                    found += 1
             for key, floor in list(owners.items()):
-                if floor >= first_line:
+                if floor >= first_line:  # this chunk holds the floor: nothing newer is left
                     del owners[key]
             if not owners:
                 del by_comm[ptr]
         for key in list(by_proc):
             floor = by_proc[key]
-            needle = key[0] + b":" + key[1] + b":"
+            needle = key + b":"
             at = len(chunk)
             while key in by_proc:
                 at = chunk.rfind(needle, 0, at)
@@ -440,8 +477,7 @@ def _search_back(handle, checkpoints, reader: "_Reader") -> int:
                 call = reader.read_call(line) if b": opCount " in line else None
                 if call is not None and call[0] == key:
                     number = first_line + chunk.count(b"\n", 0, line_start)
-                    if number > floor:
-                        reader.add_older(call, number)
+                    if number > floor and reader.add_older(call, number):
                         found += 1
                     del by_proc[key]
                 elif hops[key] > MAX_BACK_HOPS:
@@ -451,6 +487,28 @@ def _search_back(handle, checkpoints, reader: "_Reader") -> int:
                     del by_proc[key]
                 at = line_start
     return found
+
+
+_POINTER_HIT = re.compile(rb"comm (0x[0-9a-fA-F]+) \[nranks=")
+
+
+def _pointer_hits(chunk: bytes, by_comm: dict) -> Iterator[tuple[int, bytes]]:
+    """Where `comm <pointer> [nranks=` names a pointer still looked for,
+    newest first for each: one `rfind` per pointer when they are few, one
+    pass over the chunk when they are many."""
+    if len(by_comm) <= 16:
+        for ptr in list(by_comm):
+            needle = b"comm " + ptr + b" [nranks="
+            at = len(chunk)
+            while ptr in by_comm:
+                at = chunk.rfind(needle, 0, at)
+                if at < 0:
+                    break
+                yield at, ptr
+        return
+    for match in reversed(list(_POINTER_HIT.finditer(chunk))):
+        if match.group(1) in by_comm:
+            yield match.start(), match.group(1)
 
 
 # ------------------------------------------------------------------ records
@@ -463,6 +521,8 @@ class _Val(NamedTuple):
 
 
 class _Tag(NamedTuple):
+    """A sub-rule's values, named for the rule that takes them."""
+
     name: str
     values: tuple
 
@@ -506,7 +566,7 @@ class _Records(lark.Transformer):
     def _first(self, c):
         return c[0]
 
-    comm_line = topo_line = misc_line = warn_line = _first
+    start = comm_line = topo_line = misc_line = warn_line = _first
 
     # -- COLL
 
@@ -561,7 +621,7 @@ class _Records(lark.Transformer):
                     fields[item.name] = item.values[0]
             elif item.type == "M":
                 numbers.append(_val(item))
-            else:
+            elif item.type != "NRANKS":  # FUNC_NAME, EVENT, PHASE
                 fields[item.type.lower()] = _val(item)
         fields["rank"], fields["nranks"], fields["cuda_dev"] = numbers
         return _Record("comm_event", fields)
@@ -571,25 +631,35 @@ class _Records(lark.Transformer):
 
     # -- topology
 
+    def slash(self, c):
+        return _Tag("slash", (_val(c[0]),))
+
     def channel_ring(self, c):
-        ranks = tuple(_val(item) for item in c[2:] if item.type == "M")
+        ranks = tuple(_val(item) for item in c[1:] if getattr(item, "type", "") == "M")
         return _Record("ring_dump", {"channel": _val(c[0]), "ranks": ranks,
-                                     "cut": "..." if c[-1].type == "ELLIPSIS" else ""})
+                                     "cut": "..." if getattr(c[-1], "type", "") == "ELLIPSIS" else ""})
 
     def ring(self, c):
         return _Record("ring", {"channel": _val(c[0]), "prev": c[1][0], "me": c[3][0], "next": c[5][0]})
 
     def connection(self, c):
-        """channel [connIndex] : src arrow dst [direction] via transport;
-        endpoints are (rank, device) pairs, the only tuples among tokens."""
-        numbers = [_val(item) for item in c if not isinstance(item, tuple) and item.type == "M"]
-        src, arrow, dst = (item for item in c if isinstance(item, tuple) or isinstance(item, str)
-                           and item in ("->", "<-"))
-        if arrow == "<-":
-            src, dst = dst, src
-        direction = next((str(item) for item in c if getattr(item, "type", "") == "DIRECTION"), "")
+        """channel [/connIndex] : src arrow dst [direction] via transport;
+        endpoints are (rank, device) tuples, arrows plain strings."""
+        numbers, ends, arrow, direction = [], [], "->", ""
+        for item in c:
+            if isinstance(item, _Tag):
+                numbers.append(item.values[0])
+            elif isinstance(item, tuple):
+                ends.append(item)
+            elif not isinstance(item, lark.Token):
+                arrow = item
+            elif item.type == "M":
+                numbers.append(_val(item))
+            elif item.type == "DIRECTION":
+                direction = str(item)[1:-1]
+        src, dst = ends if arrow == "->" else reversed(ends)
         return _Record("link", {"channel": numbers[0], "conn": numbers[1] if len(numbers) > 1 else None,
-                                "src": src[0], "dst": dst[0], "direction": direction[1:-1],
+                                "src": src[0], "dst": dst[0], "direction": direction,
                                 "transport": _val(c[-1])})
 
     ring_connection = connection
@@ -640,3 +710,720 @@ class _Records(lark.Transformer):
 
     def ring_error(self, c):
         return _Record("ring_error", {})
+
+
+_RULES = {"coll_line": "COLL", "comm_line": "communicator", "topo_line": "topology",
+          "misc_line": "identity", "warn_line": "WARN"}
+_RULE_TAG = {rule: bytes([i]) for i, rule in enumerate(_RULES)}
+_RULE_SELECT = {rule: f"@{rule} " for rule in _RULES}  # the grammar's `start` picks a rule by this tag
+_BAD = _Record("bad", {})
+_RECORDS = _Cache(16 << 20)   # rule tag + masked message → _Record
+
+
+def _mask(body: bytes) -> tuple[bytes, list[tuple[int, int]]]:
+    spans = [m.span() for m in _MASK.finditer(body)]
+    if not spans:
+        return body, spans
+    pieces, last = [], 0
+    for start, end in spans:
+        pieces.append(body[last:start])
+        last = end
+    pieces.append(body[last:])
+    return b"\x00".join(pieces), spans
+
+
+def _record(rule: str, masked: bytes) -> _Record | None:
+    """The record of a masked message, parsed once per distinct message."""
+    key = _RULE_TAG[rule] + masked
+    record = _RECORDS.get(key)
+    if record is None:
+        text = _RULE_SELECT[rule] + masked.decode("utf-8", "replace")
+        try:
+            parsed = parser(KIND, "start", _Records).parse(text)
+            record = _Record(parsed.kind, {name: _refs(value, text) for name, value in parsed.fields.items()})
+        except (lark.exceptions.LarkError, ValueError, TypeError, AttributeError, IndexError):
+            record = _BAD
+        _RECORDS.put(key, record)
+    return None if record is _BAD else record
+
+
+def _refs(value, text: str):
+    """A transformer value as references to the masked numbers (see _Record)."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, _Val):
+        if value.text == "\x00":
+            return text.count("\x00", 0, value.pos)
+        if "\x00" in value.text:
+            return _Tpl(value.text, text.count("\x00", 0, value.pos))
+        return value.text
+    return tuple(_refs(item, text) for item in value)
+
+
+def _fill(ref, values: list[str]):
+    if isinstance(ref, int):
+        return values[ref]
+    if isinstance(ref, _Tpl):
+        parts = ref.text.split("\x00")
+        out = [parts[0]]
+        for index, part in enumerate(parts[1:]):
+            out.append(values[ref.first + index])
+            out.append(part)
+        return "".join(out)
+    if isinstance(ref, tuple):
+        return tuple(_fill(item, values) for item in ref)
+    return ref
+
+
+def _fields(record: _Record, values: list[str]) -> dict:
+    return {name: _fill(ref, values) for name, ref in record.fields.items()}
+
+
+def _info_rule(body: bytes) -> str | None:
+    """Which grammar rule an INFO message needs; None for the many we skip."""
+    if b": opCount " in body:
+        return "coll_line"
+    if body.startswith((b"Channel ", b"Ring ", b"Trees")):
+        return "topo_line"
+    if any(event in body for event in _END_EVENT) or (body.startswith(b"comm 0x") and b" nNodes " in body):
+        return "comm_line"
+    if body.startswith((b"NCCL version ", b"NET/IB : Using", b"NET/Socket : Using")) or _BOOTSTRAP.match(body):
+        return "misc_line"
+    return None
+
+
+class _Layout(NamedTuple):
+    """Where the fields of a line are, valid for every line of its shape.
+    `who` is `host:pid`; `outer` says an outer `[rankN]:`/`[defaultN]:`
+    prefix is there. `coll` lines carry their masked numbers' slices and
+    record; other layouts only say whose line it is."""
+
+    coll: bool
+    who: slice
+    outer: bool
+    comm: slice | None
+    rank: slice | None
+    local: slice | None
+    spans: tuple = ()
+    record: _Record | None = None
+
+
+_SHAPES = _Cache(16 << 20)    # line shape → _Layout
+
+
+def _text(data: bytes) -> str:
+    text = data.decode("utf-8", "replace").strip()
+    return text if len(text) <= MAX_EVIDENCE else text[:MAX_EVIDENCE - 1] + "…"
+
+
+def _show(data: bytes) -> str:
+    text = data.decode("utf-8", "replace").strip()
+    return repr(text if len(text) <= 160 else text[:157] + "...")
+
+
+def _clean(line: bytes) -> list[bytes]:
+    """The NCCL parts of a line a terminal touched: colours out, NULs out,
+    progress bars (`\\r`) split off."""
+    if b"\x1b" in line:
+        line = _ANSI.sub(b"", line)
+    if b"\x00" in line:
+        line = line.replace(b"\x00", b"")
+    if b"\r" in line:
+        return [part for part in line.split(b"\r") if b"NCCL" in part]
+    return [line]
+
+
+def _dtype(value: int) -> str:
+    return DTYPES[value] if 0 <= value < len(DTYPES) else f"datatype{value}"
+
+
+def _ip(text: str | None) -> str:
+    if not text or len(text) > 256:
+        return ""
+    match = _IP.search(" " + text)
+    if match:
+        return match.group(1)
+    bare = text.strip()
+    return bare if re.fullmatch(r"\d{1,3}(?:\.\d{1,3}){3}", bare) else ""
+
+
+class _Line(NamedTuple):
+    """A line's NCCL prefix and message, as `_analyse` reads them."""
+
+    layout: _Layout
+    tid: int
+    rule: str | None
+    body: bytes
+    spans: list
+    record: _Record | None
+
+
+def _prefix(seg: bytes):
+    """The NCCL prefix of a line, searched a bounded way before each of the
+    first few `NCCL <LEVEL>` in it: junk cannot make a line cost more than
+    a few milliseconds."""
+    for tried, marker in enumerate(_LOOKS_NCCL.finditer(seg)):
+        if tried == 4:
+            break
+        at = marker.start()
+        match = _PREFIX.search(seg, max(0, at - PREFIX_REACH), at + 11)
+        if match is not None:
+            return match
+    return None
+
+
+def _analyse(seg: bytes, cacheable: bool) -> _Line | None:
+    """Read one cleaned line; None when it has no NCCL prefix. COLL and
+    skipped INFO lines teach `_SHAPES` their layout when `cacheable`."""
+    match = _prefix(seg)
+    if match is None:
+        return None
+    level = match.group("warn") or match.group("trace") or match.group("level")
+    body_start = match.end()
+    body = seg[body_start:].rstrip()
+    if body.endswith(b" across cluster]"):
+        cut = body.rfind(b"[repeated ")
+        if cut >= 0 and _RAY_REPEAT.fullmatch(body, cut - (body[cut - 1:cut] == b" ")):
+            body = body[:cut].rstrip()
+    rank = local = None
+    if match.start():
+        outer = seg[:match.start()]
+        found = _OUTER_RANK.search(outer)
+        rank = slice(*found.span(1)) if found else None
+        found = _OUTER_LOCAL.search(outer)
+        local = slice(*found.span(1)) if found else None
+    who = slice(match.start("host"), match.end("pid"))
+    outer = rank is not None or local is not None
+    tid = int(match.group("tid"))
+    rule = _info_rule(body) if level == b"INFO" else "warn_line" if level == b"WARN" else None
+    if rule is None:
+        layout = _Layout(False, who, outer, None, rank, local)
+        if cacheable and level == b"INFO":
+            _SHAPES.put(seg.translate(_SHAPE), layout)
+        return _Line(layout, tid, None, body, [], None)
+    masked, spans = _mask(body)
+    record = _record(rule, masked)
+    layout = _Layout(False, who, outer, None, rank, local)
+    if rule == "coll_line" and record is not None and isinstance(record.fields.get("comm"), int):
+        slices = tuple(slice(body_start + a, body_start + b) for a, b in spans)
+        layout = _Layout(True, who, outer, slices[record.fields["comm"]], rank, local, slices, record)
+        if cacheable:
+            _SHAPES.put(seg.translate(_SHAPE), layout)
+    return _Line(layout, tid, rule, body, spans, record)
+
+
+class _Err(NamedTuple):
+    line: int
+    evidence: Evidence
+    kind: str
+    peer_ip: str = ""
+    ranks: tuple = ()
+    comm: str = ""   # the communicator pointer it concerns, when known
+
+
+class _Init(NamedTuple):
+    line: int
+    key: bytes
+    ptr: str
+    group: str
+    phase: str
+    rank: int
+    nranks: int
+    evidence: Evidence
+
+
+class _Proc:
+    """What one host:pid printed, kept small: its newest calls, the newest
+    call per communicator pointer, its inits, errors and addresses."""
+
+    __slots__ = ("key", "host", "pid", "first", "rank", "rank_evidence", "local", "recent", "older",
+                 "by_comm", "inits", "errors", "late_errors", "dropped", "ips", "version")
+
+    def __init__(self, key: bytes, first: Evidence):
+        self.key = key
+        host, _, pid = key.rpartition(b":")
+        self.host = host.decode("utf-8", "replace")
+        self.pid = int(pid)
+        self.first = first
+        self.rank = self.local = self.rank_evidence = None
+        self.recent: collections.deque = collections.deque(maxlen=RECENT_OPS)
+        self.older: list = []           # calls found going backwards (tail mode)
+        self.by_comm: dict = {}         # pointer as printed → newest call (line, text, layout)
+        self.inits: dict = {}           # pointer → (line, evidence) of its newest init line
+        self.errors: list[_Err] = []
+        self.late_errors: collections.deque = collections.deque(maxlen=MAX_ERRORS - MAX_ERRORS // 4)
+        self.dropped = 0
+        self.ips: set[str] = set()
+        self.version = ""
+
+
+class _Reader:
+    """Takes lines in file order (and, in tail mode, older calls found going
+    backwards), keeps per process only what the records need, and builds
+    the facts at the end."""
+
+    def __init__(self, facts: Facts, display: str):
+        self.facts = facts
+        self.display = display
+        self.procs: dict[tuple, _Proc] = {}
+        self.coll_lines = 0
+        self.last_line = 0       # set by _chunks
+        self.line_seen = 0
+        self.tail_first = 0      # tail mode: the first line of the tail
+        self.bad = self.bad_last = 0
+        self.long = self.long_last = 0
+        self.history: dict[tuple, list] = {}      # (process, pointer) → [(line, group, shared)]
+        self.inits: list[_Init] = []
+        self.members: dict[tuple, tuple] = {}
+        self.split_order: dict[tuple, dict] = {}
+        self.tid_events: dict[tuple, list] = {}   # (process, tid) → [(line, pointer, phase)]
+        self.topo_items: list[tuple] = []
+        self.topology: dict = {}
+
+    # -- lines
+
+    def feed(self, lines: Iterable[bytes], first: int) -> None:
+        """The hot loop: one shape lookup per NCCL line; only lines of a new
+        shape, and the few kinds of lines that matter beyond COLL, go on to
+        `_line`."""
+        shapes_get, procs_get, table = _SHAPES.get, self.procs.get, _SHAPE
+        calls = 0
+        number = first - 1
+        for number, line in enumerate(lines, first):
+            layout = shapes_get(line.translate(table))
+            if layout is None:
+                if b"NCCL" in line:
+                    self._slow(line, number)
+                continue
+            proc = procs_get(line[layout.who])
+            if proc is None or layout.outer:
+                proc = self._owner(line, number, layout)
+                if proc is None:
+                    continue
+            if layout.coll:
+                call = (number, line, layout)
+                proc.recent.append(call)
+                proc.by_comm[line[layout.comm]] = call
+                calls += 1
+        self.coll_lines += calls
+        self.line_seen = number
+
+    def _slow(self, line: bytes, number: int) -> None:
+        if b"\x1b" in line or b"\x00" in line or b"\r" in line:
+            for part in _clean(line):
+                self._line(part, number, cacheable=False)
+        else:
+            self._line(line, number, cacheable=True)
+
+    def _line(self, seg: bytes, number: int, cacheable: bool) -> None:
+        read = _analyse(seg, cacheable)
+        if read is None:
+            if _LOOKS_NCCL.search(seg) and not _BARE_VERSION.search(seg):
+                self._bad(number, seg, "NCCL line without its host:pid:tid prefix")
+            return
+        proc = self._owner(seg, number, read.layout)
+        if proc is None:
+            return
+        if read.layout.coll:
+            call = (number, seg, read.layout)
+            proc.recent.append(call)
+            proc.by_comm[seg[read.layout.comm]] = call
+            self.coll_lines += 1
+            return
+        rule, record = read.rule, read.record
+        if rule is None:
+            return
+        if record is None:
+            if rule == "warn_line":
+                self._warn(proc, number, seg, read.tid, "warn", {})
+            else:
+                self._bad(number, seg, f"unreadable {_RULES[rule]} line")
+            return
+        fields = _fields(record, [read.body[a:b].decode("utf-8", "replace") for a, b in read.spans])
+        kind = record.kind
+        try:
+            if rule == "warn_line":
+                self._warn(proc, number, seg, read.tid, kind, fields)
+            elif kind == "comm_event":
+                self._comm_event(proc, number, seg, read.tid, fields)
+            elif kind == "comm_summary":
+                self._tid_event(proc.key, read.tid, number, fields["comm"].lower(), "summary")
+            elif kind in ("ring_dump", "ring", "link", "trees"):
+                self._topology_line(proc, number, read.tid, kind, fields)
+            elif kind == "version":
+                proc.version = fields["version"]
+            elif kind == "address":
+                proc.ips.update(ip for ip in map(_ip, fields["addresses"]) if ip)
+        except ValueError:  # a number the mask took that int() does not
+            self._bad(number, seg, f"unreadable {_RULES[rule]} line")
+
+    def _owner(self, line: bytes, number: int, layout: _Layout) -> _Proc | None:
+        key = line[layout.who]
+        proc = self.procs.get(key)
+        if proc is None:
+            host, _, pid = key.rpartition(b":")
+            if not pid.isdigit() or not host:
+                self._bad(number, line, "unreadable NCCL prefix")
+                return None
+            proc = self.procs[key] = _Proc(key, Evidence(self.display, number, _text(line)))
+        if layout.rank is not None and proc.rank is None:
+            value = line[layout.rank]
+            if value.isdigit():
+                proc.rank = int(value)
+                proc.rank_evidence = Evidence(self.display, number, _text(line))
+        if layout.local is not None and proc.local is None and line[layout.local].isdigit():
+            proc.local = int(line[layout.local])
+        return proc
+
+    def _bad(self, number: int, data: bytes, reason: str) -> None:
+        self.bad += 1
+        self.bad_last = number
+        if self.bad <= MAX_LINE_DIAGNOSTICS:
+            self.facts.diag(number, f"{reason}: {_show(data)}")
+
+    def long_line(self, number: int) -> None:
+        self.long += 1
+        self.long_last = number
+        if self.long <= MAX_LINE_DIAGNOSTICS:
+            self.facts.diag(number, f"line longer than {MAX_LINE // 1024} KiB: skipped")
+
+    # -- messages
+
+    def _comm_event(self, proc: _Proc, number: int, seg: bytes, tid: int, f: dict) -> None:
+        ptr = f["comm"].lower()
+        rank, nranks = int(f["rank"]), int(f["nranks"])
+        evidence = Evidence(self.display, number, _text(seg))
+        if f["event"] != "Init":
+            self._error(proc, _Err(number, evidence, f"{f['event']} {f['phase']}", comm=ptr))
+            return
+        group, shared = self._init_group(proc, ptr, f, number)
+        history = self.history.setdefault((proc.key, ptr), [])
+        if not history or history[-1][1] != group:
+            history.append((number, group, shared))
+        proc.inits[ptr] = (number, evidence)
+        self.inits.append(_Init(number, proc.key, ptr, group, f["phase"], rank, nranks, evidence))
+        if shared:
+            self.members.setdefault((group, proc.key, rank), (group, rank, nranks, proc.host, proc.pid, evidence))
+        self._tid_event(proc.key, tid, number, ptr, f["phase"])
+
+    def _init_group(self, proc: _Proc, ptr: str, f: dict, number: int) -> tuple[str, bool]:
+        """`nccl:<commId>`; for a split without commId (2.23+), the parent's
+        id, the split's count and the colour, which all members share."""
+        if f.get("comm_id"):
+            return f"nccl:{f['comm_id'].lower()}", True
+        parent = (f.get("parent") or "").lower()
+        if parent and parent != "(nil)":
+            parent_group, shared = self._group_at(proc.key, parent, number)
+            if shared:
+                count = f.get("split_count")
+                if count is None:
+                    order = self.split_order.setdefault((proc.key, parent), {})
+                    count = order.setdefault(ptr, len(order) + 1)
+                return f"{parent_group}/split{count}/color{f['color']}", True
+        return self._local_group(proc.key, ptr), False
+
+    def _local_group(self, key: bytes, ptr: str) -> str:
+        return f"nccl-comm:{key.decode('utf-8', 'replace')}:{ptr}"
+
+    def _group_at(self, key: bytes, ptr: str, number: int) -> tuple[str, bool]:
+        """The communicator a pointer of this process named at that line."""
+        history = self.history.get((key, ptr))
+        if not history:
+            return self._local_group(key, ptr), False
+        index = bisect.bisect_right(history, number, key=lambda item: item[0])
+        _, group, shared = history[max(index - 1, 0)]
+        return group, shared
+
+    def _tid_event(self, key: bytes, tid: int, number: int, ptr: str, phase: str) -> None:
+        self.tid_events.setdefault((key, tid), []).append((number, ptr, phase))
+
+    def _topology_line(self, proc: _Proc, number: int, tid: int, kind: str, f: dict) -> None:
+        if kind == "ring_dump":
+            data = (int(f["channel"]), tuple(int(r) for r in f["ranks"]), bool(f["cut"]))
+        elif kind == "ring":
+            data = (int(f["channel"]), int(f["prev"]), int(f["me"]), int(f["next"]))
+        elif kind == "link":
+            data = (int(f["channel"]), int(f["conn"]) if f["conn"] is not None else None,
+                    int(f["src"]), int(f["dst"]), f["direction"], f["transport"])
+        else:
+            data = tuple(tuple(int(x) for x in tree) for tree in f["trees"])
+        newest = proc.recent[-1] if proc.recent else None
+        context = None
+        if newest is not None:
+            context = (newest[0], newest[1][newest[2].comm].decode("ascii", "replace").lower())
+        self.topo_items.append((proc.key, tid, number, context, kind, data))
+
+    def _warn(self, proc: _Proc, number: int, seg: bytes, tid: int, kind: str, f: dict) -> None:
+        ranks: tuple = ()
+        if kind == "version_mismatch":
+            ranks = tuple(int(r) for r in f["ranks"])
+        events = self.tid_events.get((proc.key, tid))
+        in_init = events[-1][1] if events and events[-1][2] in ("START", "summary") else ""
+        comm = (f.get("comm") or in_init).lower()
+        self._error(proc, _Err(number, Evidence(self.display, number, _text(seg)), kind,
+                               _ip(f.get("peer")), ranks, comm))
+
+    def _error(self, proc: _Proc, error: _Err) -> None:
+        if len(proc.errors) < MAX_ERRORS // 4:
+            proc.errors.append(error)
+            return
+        if len(proc.late_errors) == proc.late_errors.maxlen:
+            proc.dropped += 1
+        proc.late_errors.append(error)
+
+    # -- tail mode
+
+    def targets(self) -> tuple[dict, dict]:
+        """What the backward search looks for: {pointer: {process: floor}}
+        and {process: floor}, the floor being the newest line already known
+        (a call or the pointer's init). None when no COLL line was seen."""
+        by_comm: dict[bytes, dict] = {}
+        by_proc: dict[tuple, int] = {}
+        if not self.coll_lines:
+            return by_comm, by_proc
+        tail = self.tail_first
+        for key, proc in self.procs.items():
+            newest = proc.recent[-1][0] if proc.recent else 0
+            if newest < tail:
+                by_proc[key] = newest
+            pointers = dict.fromkeys(proc.by_comm)
+            for ptr in proc.inits:
+                pointers.setdefault(ptr.encode(), None)
+            for ptr in pointers:
+                call = proc.by_comm.get(ptr)
+                init = proc.inits.get(ptr.decode("ascii", "replace").lower())
+                floor = max(call[0] if call else 0, init[0] if init else 0)
+                if floor < tail:
+                    by_comm.setdefault(ptr, {})[key] = floor
+        return by_comm, by_proc
+
+    def read_call(self, line: bytes) -> tuple | None:
+        """(process, text, layout) when `line` is a readable COLL line."""
+        dirty = b"\x1b" in line or b"\x00" in line or b"\r" in line
+        for part in _clean(line) if dirty else (line,):
+            layout = _SHAPES.get(part.translate(_SHAPE))
+            if layout is None:
+                read = _analyse(part, not dirty)
+                layout = read.layout if read is not None else None
+            if layout is not None and layout.coll:
+                key = part[layout.who]
+                if key in self.procs:
+                    return key, part, layout
+        return None
+
+    def add_older(self, call: tuple, number: int) -> bool:
+        key, line, layout = call
+        proc = self.procs[key]
+        if any(known[0] == number for known in proc.older):
+            return False  # found twice: by its communicator and by its process
+        entry = (number, line, layout)
+        proc.older.append(entry)
+        ptr = line[layout.comm]
+        known = proc.by_comm.get(ptr)
+        if known is None or known[0] < number:
+            proc.by_comm[ptr] = entry
+        return True
+
+    # -- the facts
+
+    def finish(self) -> None:
+        facts = self.facts
+        if not self.tail_first:
+            facts.lines_read = self.last_line
+        world = max((init.nranks for init in self.inits), default=0)
+        world_rank: dict[tuple, int] = {}
+        stated: set[tuple] = set()
+        for init in self.inits:
+            if init.nranks == world and (init.key, init.rank) not in stated:
+                stated.add((init.key, init.rank))
+                world_rank.setdefault(init.key, init.rank)
+                proc = self.procs[init.key]
+                facts.pid_ranks.append((proc.host, proc.pid, init.rank, init.evidence))
+        for proc in self.procs.values():
+            if proc.rank is not None and (proc.key, proc.rank) not in stated:
+                stated.add((proc.key, proc.rank))
+                facts.pid_ranks.append((proc.host, proc.pid, proc.rank, proc.rank_evidence))
+                if proc.key in world_rank:
+                    facts.diag(proc.rank_evidence.line, f"{proc.host}:{proc.pid}: its [rank{proc.rank}]: prefix "
+                                                        f"and its rank {world_rank[proc.key]} in the largest "
+                                                        "communicator disagree")
+        facts.comm_members.extend(self.members.values())
+        sizes = {(init.key, init.ptr): init.nranks for init in self.inits}
+        by_ip: dict[str, set] = {}
+        for proc in self.procs.values():
+            for ip in proc.ips:
+                by_ip.setdefault(ip, set()).add(proc.key)
+
+        def global_rank(key):
+            proc = self.procs[key]
+            return proc.rank if proc.rank is not None else world_rank.get(key)
+
+        for proc in sorted(self.procs.values(), key=lambda p: p.first.line):
+            facts.records.append(self._record_of(proc, global_rank, by_ip, sizes, world))
+        self.topology = self._build_topology()
+        self._notes()
+        facts.unrecognized = self.bad
+
+    def _record_of(self, proc: _Proc, global_rank, by_ip: dict, sizes: dict, world: int) -> ProcessRecord:
+        converted: dict[int, CommOp | None] = {}
+
+        def op_of(call):  # a call kept twice (newest overall and per pointer) is read once
+            if id(call) not in converted:
+                converted[id(call)] = self._op(proc, call)
+            return converted[id(call)]
+
+        calls = list(proc.recent)
+        if self.tail_first:  # tail mode: the calls in the tail, else the newest found going back
+            in_tail = [call for call in calls if call[0] >= self.tail_first]
+            calls = in_tail or sorted(proc.older, key=lambda call: call[0])[-RECENT_OPS:] or calls
+        recent = tuple(op for op in map(op_of, calls) if op is not None)
+        progress: dict[str, GroupProgress] = {}
+        for call in proc.by_comm.values():
+            op = op_of(call)
+            if op is not None and (op.group not in progress or progress[op.group].enqueued < op.seq):
+                progress[op.group] = GroupProgress(enqueued=op.seq, evidence=op.evidence)
+        if self.coll_lines:  # a communicator with no call: none enqueued (-1, as c10d counts)
+            for ptr, (line, evidence) in proc.inits.items():
+                group = self._group_at(proc.key, ptr, line)[0]
+                progress.setdefault(group, GroupProgress(enqueued=-1, evidence=evidence))
+        errors = sorted(proc.errors + list(proc.late_errors), key=lambda e: e.line)
+        aborted = {e.comm for e in errors if e.kind == "Abort COMPLETE"}
+        errors = [e for e in errors if not (e.kind == "Abort START" and e.comm in aborted)]
+        own = global_rank(proc.key)
+        peers: set[int] = set()
+        for error in errors:
+            owners = by_ip.get(error.peer_ip) if error.peer_ip else None
+            if owners and len(owners) == 1:
+                (owner,) = owners
+                rank = global_rank(owner) if owner != proc.key else None
+                if rank is not None:
+                    peers.add(rank)
+            if error.ranks and sizes.get((proc.key, error.comm)) == world:
+                peers.update(r for r in error.ranks if r != own)
+        if proc.dropped:
+            self.facts.diag(proc.first.line, f"{proc.host}:{proc.pid}: {proc.dropped:,} warning(s) between "
+                                             f"its first {MAX_ERRORS // 4} and last "
+                                             f"{proc.late_errors.maxlen} not kept", "info")
+        return ProcessRecord(
+            source=SOURCE, path=self.display, host=proc.host, pid=proc.pid, rank=proc.rank,
+            local_rank=proc.local, last_op=recent[-1] if recent else None, recent_ops=recent,
+            progress=progress, errors=tuple(e.evidence for e in errors),
+            peers_in_errors=tuple(sorted(peers)), evidence=proc.first)
+
+    def _op(self, proc: _Proc, call: tuple) -> CommOp | None:
+        number, line, layout = call
+        f = _fields(layout.record, [line[s].decode("ascii", "replace") for s in layout.spans])
+        try:
+            seq, count = int(f["opcount"], 16), int(f["count"])
+            dtype, root = int(f["datatype"]), int(f["root"])
+        except ValueError:
+            self._bad(number, line, "unreadable COLL line")
+            return None
+        name = normalize_op(f["op"])
+        return CommOp(op=name, group=self._group_at(proc.key, f["comm"].lower(), number)[0], seq=seq,
+                      state="scheduled", peers=(root,) if name in ("send", "recv") else (),
+                      sizes=((count,),), dtype=_dtype(dtype),
+                      evidence=Evidence(self.display, number, _text(line)))
+
+    def _topology_comm(self, key: bytes, tid: int, number: int, context) -> str | None:
+        """The pointer of the communicator a topology line belongs to (see the module docs)."""
+        events = self.tid_events.get((key, tid), [])
+        index = bisect.bisect_right(events, number, key=lambda event: event[0])
+        before = events[index - 1] if index else None
+        if before is not None and before[2] in ("START", "summary"):
+            return before[1]
+        if context is not None and (before is None or context[0] > before[0]):
+            return context[1]
+        if index < len(events) and events[index][2] == "COMPLETE":
+            return events[index][1]
+        inited = {ptr for line, ptr in self._inits_of(key) if line < number}
+        return inited.pop() if len(inited) == 1 else None
+
+    def _inits_of(self, key: bytes) -> list[tuple[int, str]]:
+        proc = self.procs[key]
+        return [(line, ptr) for ptr, (line, _) in proc.inits.items()]
+
+    def _build_topology(self) -> dict:
+        topo: dict[str, dict] = {}
+        lost = 0
+        for key, tid, number, context, kind, data in self.topo_items:
+            ptr = self._topology_comm(key, tid, number, context)
+            if ptr is None:
+                lost += 1
+                continue
+            group = self._group_at(key, ptr, number)[0]
+            comm = topo.setdefault(group, {"nranks": None, "rings": {}, "ring_neighbours": {},
+                                           "channel_neighbours": {}, "trees": {}, "links": set()})
+            if kind == "ring_dump":
+                comm["rings"][data[0]] = list(data[1])
+            elif kind == "ring":
+                channel, prev, me, nxt = data
+                comm["channel_neighbours"].setdefault(channel, {})[me] = (prev, nxt)
+            elif kind == "link":
+                comm["links"].add(data)
+            else:
+                for channel, down0, down1, down2, me, up in data:
+                    comm["trees"].setdefault(channel, {})[me] = {
+                        "up": up if up >= 0 else None, "down": tuple(d for d in (down0, down1, down2) if d >= 0)}
+        sizes = {init.group: init.nranks for init in self.inits}
+        for group, comm in topo.items():
+            comm["nranks"] = sizes.get(group)
+            _complete_rings(comm)
+            comm["links"] = sorted(comm["links"], key=lambda link: link[:4])
+        if lost:
+            self.facts.diag(0, f"{lost:,} topology line(s) could not be tied to a communicator", "info")
+        return topo
+
+    def _notes(self) -> None:
+        facts = self.facts
+        if self.bad > MAX_LINE_DIAGNOSTICS:
+            facts.diag(self.bad_last, f"{self.bad - MAX_LINE_DIAGNOSTICS:,} more unreadable NCCL lines")
+        if self.long > MAX_LINE_DIAGNOSTICS:
+            facts.diag(self.long_last, f"{self.long - MAX_LINE_DIAGNOSTICS:,} more lines longer than "
+                                       f"{MAX_LINE // 1024} KiB skipped")
+        if not self.procs:
+            facts.diag(0, "no NCCL lines" if not self.bad else "no readable NCCL lines")
+        versions = collections.Counter(p.version.split("+")[0] for p in self.procs.values() if p.version)
+        if len(versions) > 1:
+            spread = ", ".join(f"{v} ({n} process{'es' if n > 1 else ''})" for v, n in versions.most_common())
+            facts.diag(0, f"processes run different NCCL versions: {spread}")
+        phase: dict[tuple, _Init] = {}
+        for init in self.inits:
+            phase[(init.key, init.ptr)] = init
+        unfinished = [init for init in phase.values() if init.phase == "START"]
+        for init in unfinished[:MAX_LINE_DIAGNOSTICS]:
+            proc = self.procs[init.key]
+            facts.diag(init.line, f"{proc.host}:{proc.pid}: init of communicator {init.group} (rank {init.rank} "
+                                  f"of {init.nranks}) started and never completed", "info")
+        if len(unfinished) > MAX_LINE_DIAGNOSTICS:
+            facts.diag(0, f"{len(unfinished) - MAX_LINE_DIAGNOSTICS:,} more communicator inits never "
+                          "completed", "info")
+
+
+def _complete_rings(comm: dict) -> None:
+    """Fill each channel's neighbours from its ring dump and the ring from
+    complete neighbours; `ring_neighbours` is the lowest channel's."""
+    neighbours, rings = comm["channel_neighbours"], comm["rings"]
+    for channel, ring in rings.items():
+        if len(ring) < 2:
+            continue
+        known = neighbours.setdefault(channel, {})
+        cut = comm["nranks"] is not None and len(ring) < comm["nranks"]
+        for index, rank in enumerate(ring):
+            if index == 0 and cut or index == len(ring) - 1 and cut:
+                continue
+            known.setdefault(rank, (ring[index - 1], ring[(index + 1) % len(ring)]))
+    for channel, known in neighbours.items():
+        if channel in rings or not known or comm["nranks"] is None or len(known) != comm["nranks"]:
+            continue
+        start = min(known)
+        ring, rank = [start], known[start][1]
+        while rank != start and rank in known and len(ring) <= len(known):
+            ring.append(rank)
+            rank = known[rank][1]
+        if rank == start and len(ring) == len(known):
+            rings[channel] = ring
+    comm["rings"] = dict(sorted(rings.items()))
+    comm["channel_neighbours"] = {c: dict(sorted(n.items())) for c, n in sorted(neighbours.items())}
+    comm["ring_neighbours"] = comm["channel_neighbours"][min(neighbours)] if neighbours else {}
+    comm["trees"] = {c: dict(sorted(t.items())) for c, t in sorted(comm["trees"].items())}

@@ -1,0 +1,91 @@
+"""Log benchmark: 8 ranks × 1 GB of NCCL COLL logs → verdict, beside grep.
+
+    python benchmarks/bench_logs.py [--size 1G] [--ranks 8] [--keep DIR] [--full-mb 256]
+
+Generates NCCL_DEBUG=INFO,COLL logs with gen_nccl_logs.py (one file per rank,
+as NCCL_DEBUG_FILE writes them; rank 5 stops early, as a rank stuck in its
+data loader), then in one run on the same files:
+  forensics       `forensics analyze DIR --hung -f json`: reads each big log
+                  from its tail plus a byte search for init lines
+  grep -c opCount a full read of the same bytes (what a person does first)
+and, on one --full-mb slice, `forensics analyze --full` (every line through
+the grammar) for full-parse MB/s. Prints seconds, MB/s and peak RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def run(cmd, **kwargs):
+    start = time.perf_counter()
+    out = subprocess.run(cmd, capture_output=True, text=True, **kwargs)
+    return out, time.perf_counter() - start
+
+
+def peak_rss_mb(cmd, env):
+    """Peak RSS of one child, measured with a fresh python wrapper."""
+    probe = ("import resource,subprocess,sys;"
+             "subprocess.run(sys.argv[1:],stdout=subprocess.DEVNULL,stderr=subprocess.DEVNULL);"
+             "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+    out = subprocess.run([sys.executable, "-c", probe, *cmd], capture_output=True, text=True, env=env)
+    return int(out.stdout.strip() or 0) / 1024
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--size", default="1G", help="per rank")
+    parser.add_argument("--ranks", type=int, default=8)
+    parser.add_argument("--keep")
+    parser.add_argument("--full-mb", type=int, default=256)
+    args = parser.parse_args()
+    folder = args.keep or tempfile.mkdtemp(prefix="fx-logs-")
+    if not glob.glob(os.path.join(folder, "nccl.*")):
+        subprocess.run([sys.executable, os.path.join(HERE, "gen_nccl_logs.py"), folder, "--ranks",
+                        str(args.ranks), "--size", args.size, "--per-rank-files"], check=True)
+    files = sorted(glob.glob(os.path.join(folder, "nccl.*")))
+    size = sum(os.path.getsize(f) for f in files)
+    env = {**os.environ, "FORENSICS_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    grep, grep_s = run(["bash", "-c", f"cd {folder} && grep -c opCount -- nccl.* > /dev/null"])
+    cmd = [sys.executable, "-m", "forensics", "analyze", folder, "--hung", "-f", "json"]
+    ours, ours_s = run(cmd, env=env)
+    if ours.returncode not in (0, 1):
+        raise SystemExit(f"forensics failed: {ours.stderr.strip()[:500]}")
+    report = json.loads(ours.stdout)
+    rss = peak_rss_mb(cmd, env)
+    print(f"{len(files)} files, {size / 1e9:.2f} GB, {os.cpu_count()} CPUs")
+    print(f"{'tool':22} {'seconds':>8} {'MB/s':>9} {'peak RSS':>9}")
+    print(f"{'forensics (tail)':22} {ours_s:>8.2f} {size / 1e6 / ours_s:>9.0f} {rss:>7.0f}MB   "
+          f"verdict {report['verdict']} culprits {report['culprit_ranks']}")
+    print(f"{'grep -c opCount':22} {grep_s:>8.2f} {size / 1e6 / grep_s:>9.0f}")
+    # Full parse of one slice: every line through the grammar.
+    slice_dir = tempfile.mkdtemp(prefix="fx-full-")
+    try:
+        target = os.path.join(slice_dir, os.path.basename(files[0]))
+        with open(files[0], "rb") as src, open(target, "wb") as dst:
+            dst.write(src.read(args.full_mb << 20))
+        full_cmd = [sys.executable, "-m", "forensics", "analyze", target, "--full", "-f", "json"]
+        full, full_s = run(full_cmd, env=env)
+        full_rss = peak_rss_mb(full_cmd, env)
+        mb = os.path.getsize(target) / 1e6
+        print(f"{'forensics --full':22} {full_s:>8.2f} {mb / full_s:>9.1f} {full_rss:>7.0f}MB   "
+              f"({mb:.0f} MB slice, exit {full.returncode})")
+    finally:
+        shutil.rmtree(slice_dir, ignore_errors=True)
+    print(f"ratio tail-read forensics / grep: {ours_s / grep_s:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

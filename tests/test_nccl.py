@@ -1,0 +1,773 @@
+"""The NCCL_DEBUG reader: real lines from public logs, hand-built jobs, tail mode, bad input.
+
+Fixtures (tests/fixtures/nccl/README.md says where each line comes from):
+real_*.log are verbatim public logs; job8.log, wrapped.log, warnings.log,
+version_mismatch.log and old_versions.log are built from NCCL's own format
+strings (formats.md §3) as those versions print them.
+"""
+
+import contextlib
+import gzip
+import importlib.util
+import mmap
+import os
+import random
+import time
+import tracemalloc
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from forensics.ingest import nccl
+from forensics.ingest.textio import InputError, read_head
+from forensics.model import Artifact, CommOp, Evidence, GroupProgress
+
+from conftest import CORPUS, SAMPLES
+
+FIXTURES = Path(__file__).parent / "fixtures" / "nccl"
+ROOT = Path(__file__).resolve().parent.parent
+
+WORLD = "nccl:0x7e1d0c5a9b2f4e11"
+TP_A, TP_B = WORLD + "/split1/color0", WORLD + "/split1/color1"
+P2P = "nccl:0x5a5a0c0ffee01234"
+
+
+def parse(name, **kwargs):
+    return nccl.parse(str(FIXTURES / name), name, **kwargs)
+
+
+def record(facts, host, pid):
+    return next(r for r in facts.records if (r.host, r.pid) == (host, pid))
+
+
+def line_of(path, number):
+    with open(path, "rb") as handle:
+        return handle.read().split(b"\n")[number - 1].decode("utf-8", "replace").strip()
+
+
+def generator():
+    spec = importlib.util.spec_from_file_location("gen_nccl_logs", ROOT / "benchmarks" / "gen_nccl_logs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@contextlib.contextmanager
+def small_tail(threshold=256 << 10, head=64 << 10, tail=256 << 10, chunk=64 << 10):
+    """Tail mode on files of a few MiB: the same code paths as on gigabytes."""
+    saved = (nccl.TAIL_THRESHOLD, nccl.HEAD_BYTES, nccl.TAIL_BYTES, nccl.CHUNK)
+    nccl.TAIL_THRESHOLD, nccl.HEAD_BYTES, nccl.TAIL_BYTES, nccl.CHUNK = threshold, head, tail, chunk
+    try:
+        yield
+    finally:
+        nccl.TAIL_THRESHOLD, nccl.HEAD_BYTES, nccl.TAIL_BYTES, nccl.CHUNK = saved
+
+
+def summary(facts):
+    """What must not depend on how the file was read."""
+    return ([(r.host, r.pid, r.rank, r.local_rank, r.last_op, dict(r.progress), r.errors, r.peers_in_errors,
+              r.evidence) for r in facts.records],
+            facts.pid_ranks, facts.comm_members, facts.unrecognized)
+
+
+# ---------------------------------------------------------------- sniffing
+
+
+def test_sniff_claims_nccl_logs():
+    for path in sorted(FIXTURES.glob("*.log")):
+        assert nccl.sniff(str(path), path.read_bytes()[:65536]), path.name
+
+
+def test_sniff_rejects_other_text():
+    assert not nccl.sniff("x", b"")
+    assert not nccl.sniff("x", os.urandom(4096) + b"\x00")
+    assert not nccl.sniff("x", b"Traceback (most recent call last):\n  File \"train.py\", line 3\n")
+    c10d = (b"[rank0]:[E513 18:30:09.806452545 ProcessGroupNCCL.cpp:616] [PG ID 0 PG GUID 0(default_pg) Rank 0] "
+            b"Watchdog caught collective operation timeout\n"
+            b"torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system "
+            b"error (run with NCCL_DEBUG=INFO for details), NCCL version 2.26.2\n")
+    assert not nccl.sniff("x", c10d)
+    assert not nccl.sniff("x", b"Thread 2 (Thread 0x7f1c2dfff640 (LWP 1234) \"python\"):\n#0  0x00007f in poll ()\n")
+    assert nccl.sniff("x", b"\x1b[33mgpu1:12:12 [0] NCCL INFO Using network IB\x1b[0m\n")
+    assert nccl.sniff("x", b"gpu1:12:12 NCCL CALL ncclCommInitRank(0x7ffc,2,0x1a2b,0)\n")
+
+
+@pytest.mark.skipif(not SAMPLES.exists() and not CORPUS.exists(), reason="samples not available")
+def test_sniff_leaves_the_gloo_samples_alone():
+    for path in sorted(SAMPLES.glob("*/*")) + sorted(CORPUS.glob("real_*/*")):
+        if path.is_file():
+            assert not nccl.sniff(str(path), read_head(str(path))), path
+
+
+def test_sniff_zstd_by_name_when_it_cannot_look_inside(tmp_path):
+    frame = b"\x28\xb5\x2f\xfd" + os.urandom(64)
+    if importlib.util.find_spec("zstandard") is None:
+        assert nccl.sniff(str(tmp_path / "nccl.host.123.log.zst"), frame)
+        assert not nccl.sniff(str(tmp_path / "trace.zst"), frame)
+
+
+def test_hooks():
+    path = FIXTURES / "job8.log"
+    assert nccl.forensics_sniff(path=str(path), head=path.read_bytes()[:65536]) == "nccl"
+    assert nccl.forensics_sniff(path="x", head=b'{"0": {"current_op": "send"}}') is None
+    facts = nccl.forensics_parse(artifact=Artifact("nccl", str(path), "logs/job8.log"))
+    assert facts.kind == "nccl" and facts.path == "logs/job8.log"
+    assert facts.records[0].path == "logs/job8.log" and facts.records[0].evidence.path == "logs/job8.log"
+    assert nccl.forensics_parse(artifact=Artifact("gdb", str(path), "x")) is None
+
+
+# ---------------------------------------------------------------- an 8-rank job
+
+
+def test_job8_processes_and_ranks():
+    facts = parse("job8.log")
+    assert facts.kind == "nccl"
+    assert (facts.lines_read, facts.unrecognized, facts.diagnostics) == (508, 0, [])
+    assert [(r.source, r.host, r.pid, r.rank, r.local_rank, r.evidence.line) for r in facts.records] == [
+        ("nccl", "node-a", 7001, 0, None, 3), ("nccl", "node-a", 7002, 1, None, 4),
+        ("nccl", "node-a", 7003, 2, None, 5), ("nccl", "node-a", 7004, 3, None, 6),
+        ("nccl", "node-b", 8101, None, 0, 7), ("nccl", "node-b", 8102, None, 1, 8),
+        ("nccl", "node-b", 8103, None, 2, 9), ("nccl", "node-b", 8104, None, 3, 10)]
+    assert facts.records[0].evidence == Evidence(
+        "job8.log", 3, "[rank0]:node-a:7001:7001 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>")
+
+
+def test_job8_pid_ranks_come_from_the_world_communicator():
+    facts = parse("job8.log")
+    assert [(host, pid, rank, ev.line) for host, pid, rank, ev in facts.pid_ranks] == [
+        ("node-a", 7001, 0, 27), ("node-a", 7002, 1, 28), ("node-a", 7003, 2, 29), ("node-a", 7004, 3, 30),
+        ("node-b", 8101, 4, 31), ("node-b", 8102, 5, 32), ("node-b", 8103, 6, 33), ("node-b", 8104, 7, 34)]
+    assert facts.pid_ranks[5][3].text == (
+        "[default1]:node-b:8102:8142 [1] NCCL INFO ncclCommInitRank comm 0x55c51a2b3c40 rank 5 nranks 8 "
+        "cudaDev 1 nvmlDev 1 busId 2b000 commId 0x7e1d0c5a9b2f4e11 - Init START")
+
+
+def test_job8_communicator_members():
+    facts = parse("job8.log")
+    members = [(group, rank, size, host, pid, ev.line) for group, rank, size, host, pid, ev in facts.comm_members]
+    assert members == (
+        [(WORLD, r, 8, "node-a" if r < 4 else "node-b", (7001 if r < 4 else 8097) + r, 27 + r) for r in range(8)]
+        + [(TP_A, r, 4, "node-a", 7001 + r, 101 + r) for r in range(4)]
+        + [(TP_B, r, 4, "node-b", 8101 + r, 105 + r) for r in range(4)]
+        + [(P2P, 0, 2, "node-a", 7004, 109), (P2P, 1, 2, "node-b", 8101, 110)])
+
+
+def test_job8_rank5_stopped_at_a_lower_opcount():
+    facts = parse("job8.log")
+    rank5 = record(facts, "node-b", 8102)
+    text = ("[default1]:node-b:8102:8102 [1] NCCL INFO AllReduce: opCount 19 sendbuff 0x7f8a00200000 recvbuff "
+            "0x7f8a00200000 count 19840 datatype 7 op 0 root 0 comm 0x55c51a2b3c40 [nranks=8] stream 0x55c51a2a2f00")
+    assert rank5.last_op == CommOp(op="all_reduce", group=WORLD, seq=0x19, state="scheduled", peers=(),
+                                   sizes=((19840,),), dtype="float32",
+                                   evidence=Evidence("job8.log", 473, text))
+    assert line_of(FIXTURES / "job8.log", 473) == text
+    assert {g: (p.enqueued, p.evidence.line) for g, p in rank5.progress.items()} == {
+        WORLD: (0x19, 473), TP_B: (0xc, 461)}
+    assert rank5.progress[WORLD] == GroupProgress(enqueued=0x19, evidence=rank5.last_op.evidence)
+    for other in facts.records:
+        if other is not rank5:
+            assert other.progress[WORLD].enqueued == 0x1b
+    assert [(op.op, op.seq) for op in rank5.recent_ops] == [
+        ("all_gather", 10), ("all_reduce", 21), ("all_reduce", 22), ("all_gather", 11), ("all_reduce", 23),
+        ("all_reduce", 24), ("all_gather", 12), ("all_reduce", 25)]
+    assert rank5.recent_ops[-1] is rank5.last_op or rank5.recent_ops[-1] == rank5.last_op
+
+
+def test_job8_send_recv_name_their_peer_in_the_communicator():
+    facts = parse("job8.log")
+    sender, receiver = record(facts, "node-a", 7004), record(facts, "node-b", 8101)
+    assert sender.last_op == CommOp(
+        op="send", group=P2P, seq=0x1b, state="scheduled", peers=(1,), sizes=((524288,),), dtype="bfloat16",
+        evidence=Evidence("job8.log", 496, line_of(FIXTURES / "job8.log", 496)))
+    assert "sendbuff (nil)" in sender.last_op.evidence.text
+    assert (receiver.last_op.op, receiver.last_op.peers, receiver.last_op.seq, receiver.last_op.evidence.line) == (
+        "recv", (0,), 0x1b, 498)
+    assert {g: p.enqueued for g, p in sender.progress.items()} == {WORLD: 0x1b, TP_A: 0xd, P2P: 0x1b}
+
+
+def test_job8_warning_with_timestamp_and_outer_prefix():
+    facts = parse("job8.log")
+    receiver = record(facts, "node-b", 8101)
+    assert receiver.errors == (Evidence("job8.log", 502, (
+        "[default0]:[2026-05-13 18:31:07] node-b:8101:8190 [0] transport/net_ib.cc:2358 NCCL WARN NET/IB : "
+        "Got completion from peer 10.0.0.1<48133> with status=12 opcode=0 len=0 vendor err 129 (Recv) "
+        "localGid ::ffff:10.0.0.2 remoteGids::ffff:10.0.0.1 hca mlx5_0")),)
+    # 10.0.0.1 is node-a, which runs four ranks: the peer's rank is not known.
+    assert receiver.peers_in_errors == ()
+    assert all(r.errors == () for r in facts.records if r is not receiver)
+
+
+def test_job8_topology():
+    facts = parse("job8.log")
+    topo = nccl.topology(facts)
+    assert list(topo) == [WORLD]
+    world = topo[WORLD]
+    assert world["nranks"] == 8
+    assert world["rings"] == {0: list(range(8)), 1: list(range(8))}
+    assert world["ring_neighbours"] == {r: ((r - 1) % 8, (r + 1) % 8) for r in range(8)}
+    assert world["channel_neighbours"][1] == world["ring_neighbours"]
+    assert world["trees"][0][0] == {"up": None, "down": (1,)}
+    assert world["trees"][0][7] == {"up": 6, "down": ()}
+    assert world["trees"][1][4] == {"up": 3, "down": (5,)}
+    assert len(world["links"]) == 16
+    assert world["links"][:2] == [(0, 0, 0, 1, "", "P2P/CUMEM/read"), (0, 0, 1, 2, "", "P2P/CUMEM/read")]
+    assert (0, 0, 3, 4, "send", "NET/IB/0/GDRDMA") in world["links"]
+    assert (1, 0, 7, 0, "send", "NET/IB/0/GDRDMA") in world["links"]
+    assert nccl.topology(str(FIXTURES / "job8.log")) == topo
+
+
+def test_topology_of_unknown_facts():
+    facts = nccl.Facts("nccl", "elsewhere.log")
+    with pytest.raises(LookupError):
+        nccl.topology(facts)
+
+
+def test_crlf_and_gzip_read_the_same(tmp_path):
+    data = (FIXTURES / "job8.log").read_bytes()
+    crlf = tmp_path / "job8.log"
+    crlf.write_bytes(data.replace(b"\n", b"\r\n"))
+    packed = tmp_path / "job8.log.gz"
+    packed.write_bytes(gzip.compress(data))
+    plain = parse("job8.log")
+    for path in (crlf, packed):
+        facts = nccl.parse(str(path), "job8.log")
+        assert summary(facts) == summary(plain), path.name
+        assert facts.lines_read == 508 and facts.diagnostics == []
+
+
+# ---------------------------------------------------------------- real logs
+
+
+def test_real_nccl_229_two_hosts():
+    facts = parse("real_nccl229_two_hosts.log")
+    assert (facts.lines_read, facts.unrecognized, facts.diagnostics) == (169, 0, [])
+    first, second = facts.records
+    assert (first.host, first.pid, first.evidence.line, second.host, second.pid, second.evidence.line) == (
+        "gpu-st-ml-1", 50292, 7, "gpu-st-ml-2", 49542, 10)
+    assert first.errors == (Evidence("real_nccl229_two_hosts.log", 142,
+                                     "[2026-03-12 14:17:56] gpu-st-ml-1:50292:50292 [0] enqueue.cc:1694 NCCL WARN "
+                                     "Cuda failure 'named symbol not found'"),)
+    assert [e.line for e in second.errors] == [156]
+    assert first.last_op is None and first.progress == {}  # COLL was not enabled
+    group = "nccl:0xc3d9a10350effd4f"
+    assert [(g, r, n, h, p, e.line) for g, r, n, h, p, e in facts.comm_members] == [
+        (group, 0, 2, "gpu-st-ml-1", 50292, 66), (group, 1, 2, "gpu-st-ml-2", 49542, 68)]
+    assert [(h, p, r, e.line) for h, p, r, e in facts.pid_ranks] == [
+        ("gpu-st-ml-1", 50292, 0, 66), ("gpu-st-ml-2", 49542, 1, 68)]
+    topo = nccl.topology(facts)[group]
+    assert topo["rings"] == {0: [0, 1], 1: [0, 1]}
+    assert topo["ring_neighbours"] == {0: (1, 1), 1: (0, 0)}
+    assert topo["trees"] == {0: {0: {"up": None, "down": (1,)}, 1: {"up": 0, "down": ()}},
+                             1: {0: {"up": 1, "down": ()}, 1: {"up": None, "down": (0,)}}}
+    # Connected lazily, after Init COMPLETE: the process's only communicator.
+    assert (0, 0, 0, 1, "send", "NET/Libfabric/0") in topo["links"] and len(topo["links"]) == 8
+
+
+def test_real_init_that_never_completes():
+    facts = parse("real_init_never_completes.log")
+    assert [(d.line, d.message, d.severity) for d in facts.diagnostics] == [
+        (8, "bigo:1884: init of communicator nccl:0x9ca74fa6e40df7f4 (rank 2 of 3) started and never completed",
+         "info")]
+    (proc,) = facts.records
+    assert (proc.host, proc.pid, proc.last_op, proc.progress) == ("bigo", 1884, None, {})
+    assert proc.errors == (Evidence(
+        "real_init_never_completes.log", 19,
+        "bigo:1884:2346 [0] socket.c:446 NCCL WARN socketFinalizeAccept: wrong type 3 != 4"),)
+    topo = nccl.topology(facts)["nccl:0x9ca74fa6e40df7f4"]
+    assert topo["trees"] == {0: {2: {"up": 0, "down": (1,)}}, 1: {2: {"up": 0, "down": ()}}}
+    assert topo["links"] == [(0, 0, 1, 2, "receive", "NET/IBext_v8/1"), (0, 0, 2, 0, "send", "NET/IBext_v8/1"),
+                             (1, 0, 1, 2, "receive", "NET/IBext_v8/1"), (1, 0, 2, 0, "send", "NET/IBext_v8/1")]
+
+
+def test_real_coll_lines_rccl_and_warnings():
+    facts = parse("real_lines.log")
+    assert (facts.lines_read, facts.unrecognized) == (10, 0)
+    h015 = record(facts, "h015", 2073494)
+    assert h015.last_op == CommOp(
+        op="all_reduce", group="nccl-comm:h015:2073494:0x55956223bb90", seq=0x1e7, state="scheduled",
+        sizes=((18816,),), dtype="float32",
+        evidence=Evidence("real_lines.log", 1, line_of(FIXTURES / "real_lines.log", 1)))
+    rccl = record(facts, "banff-cyxtera-s78-4", 52937)
+    assert (rccl.last_op.seq, rccl.last_op.dtype, rccl.last_op.sizes) == (3, "float16", ((268435456,),))
+    node2 = record(facts, "node-2", 5776)
+    assert [e.line for e in node2.errors] == [6]
+    ofi = record(facts, "host", 229905)
+    assert ofi.errors[0].text.startswith("[2026-05-13 18:01:41] host:229905:230588 [0] ofi_process_cq:196 NCCL WARN")
+    assert [(h, p, r) for h, p, r, _ in facts.pid_ranks] == [("pod-vf02", 12090, 0)]
+    # NCCL 2.4 printed no commId: a communicator of this process alone.
+    assert record(facts, "node01", 3384).progress == {
+        "nccl-comm:node01:3384:0x7fe3d4001980": GroupProgress(-1, evidence=Evidence(
+            "real_lines.log", 3, line_of(FIXTURES / "real_lines.log", 3)))}
+
+
+# ---------------------------------------------------------------- prefixes, warnings, old versions
+
+
+def test_outer_prefixes():
+    facts = parse("wrapped.log")
+    assert (facts.lines_read, facts.unrecognized, facts.diagnostics) == (14, 0, [])
+    got = [(r.host, r.pid, r.rank, r.local_rank, r.last_op and (r.last_op.op, r.last_op.seq, r.last_op.dtype),
+            [e.line for e in r.errors]) for r in facts.records]
+    assert got == [
+        ("gpu-r1", 2345, None, None, ("all_reduce", 0xa, "float32"), []),
+        ("gpu-r2", 3456, None, None, ("broadcast", 4, "uint8"), []),
+        ("gpu-r3", 4567, None, None, ("reduce_scatter", 0xff, "float64"), []),
+        ("gpu-r4", 5678, None, None, ("all_to_all", 0x10, "int64"), []),
+        ("gpu-r5", 6789, None, None, ("reduce", 1, "int32"), []),
+        ("gpu-r6", 7890, None, None, ("gather", 3, "float8e4m3"), []),
+        ("gpu-r7", 8901, 6, None, ("scatter", 7, "float8e5m2"), []),
+        ("gpu-r8", 9012, None, None, ("all_gather", 2, "uint32"), []),
+        ("gpu-r9", 1234, None, None, ("all_reduce", 5, "uint64"), []),
+        ("gpu-r10", 2222, None, 2, None, [10]),
+        ("gpu-r11", 3333, None, None, None, []),
+        ("gpu-r12", 4444, None, None, None, []),
+        ("gpu-r13", 5555, None, None, ("all_reduce", 6, "float16"), [])]
+    ansi = record(facts, "gpu-r6", 7890).last_op.evidence
+    assert "\x1b" not in ansi.text and ansi.text.startswith("(RayWorkerWrapper pid=7890) gpu-r6:7890:7890")
+    tqdm = record(facts, "gpu-r7", 8901).last_op.evidence
+    assert tqdm.line == 7 and tqdm.text.startswith("[rank6]:gpu-r7:8901:8901 [0] NCCL INFO Scatter")
+    assert [(h, p, r, e.line) for h, p, r, e in facts.pid_ranks] == [("gpu-r7", 8901, 6, 7)]
+
+
+def test_warnings_name_their_peers_by_address():
+    facts = parse("warnings.log")
+    assert (facts.lines_read, facts.unrecognized, facts.diagnostics) == (42, 0, [])
+    a, b = facts.records
+    assert [e.line for e in a.errors] == [28, 35, 40, 42]
+    assert [e.line for e in b.errors] == [31, 33, 37, 39]  # Abort START (38) is followed by its COMPLETE
+    assert b.errors[-1].text == "hostB:200:200 [0] NCCL INFO comm 0x5600bbbb0000 rank 1 nranks 2 cudaDev 0 " \
+                                "busId 1b000 - Abort COMPLETE"
+    assert a.errors[2].text.endswith("- Abort START")  # never completed: the abort hangs
+    # The NET/IB peer 192.168.7.2 is hostB's only process, world rank 1; and back.
+    assert (a.peers_in_errors, b.peers_in_errors) == ((1,), (0,))
+    assert (a.last_op.seq, a.last_op.group) == (2, "nccl:0x1122334455667788")
+    topo = nccl.topology(facts)["nccl:0x1122334455667788"]
+    assert topo["ring_neighbours"] == {0: (1, 1), 1: (0, 0)}
+    assert topo["links"] == [(0, 0, 0, 1, "send", "NET/IB/0"), (0, 0, 1, 0, "send", "NET/IB/0"),
+                             (1, 0, 0, 1, "send", "NET/IB/0"), (1, 0, 1, 0, "send", "NET/IB/0")]
+
+
+def test_version_mismatch_names_the_other_rank():
+    facts = parse("version_mismatch.log")
+    assert [(d.line, d.message) for d in facts.diagnostics] == [
+        (0, "processes run different NCCL versions: 2.19.3 (1 process), 2.18.1 (1 process)"),
+        (3, "hostA:100: init of communicator nccl:0x99aa88bb77cc66dd (rank 0 of 2) started and never completed")]
+    a, b = facts.records
+    assert [e.line for e in a.errors] == [5] and a.peers_in_errors == (1,)
+    assert b.errors == () and b.peers_in_errors == ()
+
+
+def test_old_versions():
+    facts = parse("old_versions.log")
+    assert (facts.unrecognized, facts.diagnostics) == (0, [])
+    old = record(facts, "oldhost", 11)
+    group = "nccl-comm:oldhost:11:0x2222"
+    assert (old.last_op.group, old.last_op.seq, old.last_op.dtype) == (group, 0, "float32")
+    assert [e.line for e in old.errors] == [9]  # Destroy COMPLETE
+    assert facts.comm_members == []  # no commId before NCCL 2.16: nobody else can name it
+    topo = nccl.topology(facts)[group]
+    assert topo["rings"] == {0: [0, 1]}
+    assert topo["trees"] == {0: {0: {"up": None, "down": (1,)}}, 1: {0: {"up": 1, "down": ()}}}
+    assert topo["links"] == [(0, None, 0, 1, "send", "NET/IB/0/GDRDMA"), (1, None, 0, 1, "", "P2P/IPC"),
+                             (2, None, 0, 1, "", "P2P/direct pointer")]
+
+
+def test_split_without_comm_id_counts_splits_of_the_parent(tmp_path):
+    """NCCL 2.23 prints neither commId nor a split count: members agree on
+    the order of their splits of one parent."""
+    lines = []
+    for rank in range(2):
+        prefix = f"h{rank}:{10 + rank}:{10 + rank} [0] NCCL INFO "
+        lines.append(prefix + f"ncclCommInitRank comm 0x{rank}a00 rank {rank} nranks 2 cudaDev 0 nvmlDev 0 "
+                              "busId 1000 commId 0xfeed - Init COMPLETE")
+        for child in (1, 2):
+            lines.append(prefix + f"ncclCommSplit comm 0x{rank}b0{child} rank 0 nranks 1 cudaDev 0 nvmlDev 0 "
+                                  f"busId 1000 parent 0x{rank}a00 color {rank} key 0- Init START")
+            lines.append(prefix + f"ncclCommSplit comm 0x{rank}b0{child} rank 0 nranks 1 cudaDev 0 nvmlDev 0 "
+                                  f"busId 1000 parent 0x{rank}a00 color {rank} key 0 - Init COMPLETE")
+    path = tmp_path / "split.log"
+    path.write_text("\n".join(lines) + "\n")
+    facts = nccl.parse(str(path), "split.log")
+    assert [(g, r, h) for g, r, _, h, _, _ in facts.comm_members] == [
+        ("nccl:0xfeed", 0, "h0"), ("nccl:0xfeed/split1/color0", 0, "h0"), ("nccl:0xfeed/split2/color0", 0, "h0"),
+        ("nccl:0xfeed", 1, "h1"), ("nccl:0xfeed/split1/color1", 0, "h1"), ("nccl:0xfeed/split2/color1", 0, "h1")]
+    assert facts.diagnostics == []
+
+
+# ---------------------------------------------------------------- tail mode
+
+
+def test_tail_mode_matches_full_mode(tmp_path):
+    gen = generator()
+    path = tmp_path / "job.log"
+    made = gen.generate(str(path), ranks=8, size=400 << 10, stop_rank=5, stop_at=0.3)
+    lines = path.read_bytes().split(b"\n")
+    middle = len(lines) // 2
+    warn = (b"[2026-05-13 18:31:07] gpu-node000:41034:41090 [2] transport/net_ib.cc:2358 NCCL WARN NET/IB : Got "
+            b"completion from peer 10.1.1.12<48133> with status=12 opcode=0 len=0 vendor err 129 (Recv)")
+    lines[middle:middle] = [b"", warn, b"[rank2]:gpu-node000:41034:41034 [2] NCCL INFO Using network IB"]
+    path.write_bytes(b"\n".join(lines))
+    full = nccl.parse(str(path), "job.log", full=True)
+    with small_tail():
+        tail = nccl.parse(str(path), "job.log")
+    assert summary(tail) == summary(full)
+    assert tail.lines_read < full.lines_read // 2
+    (note,) = tail.diagnostics
+    assert note.severity == "info" and note.message.startswith(
+        f"tail mode: read lines 1-{_head_lines(path):,} (the first 0 MiB) and "
+        f"{_tail_first(path):,}-{full.lines_read:,} (the last 0 MiB) of 3 MiB; of the lines between, the ")
+    for rank, expected in made["ranks"].items():
+        got = record(tail, expected["host"], expected["pid"])
+        assert got.progress[expected["world"]].enqueued == expected["world_last"]
+        assert got.progress[expected["node"]].enqueued == expected["node_last"]
+    stopped = record(tail, made["ranks"][5]["host"], made["ranks"][5]["pid"])
+    assert stopped.last_op.evidence.line < _tail_first(path)  # found going back through the middle
+    assert stopped.last_op.evidence.text == line_of(path, stopped.last_op.evidence.line)
+    assert [e.line for e in record(tail, "gpu-node000", 41034).errors] == [middle + 2]
+    assert record(tail, "gpu-node000", 41034).rank == 2
+    assert nccl.topology(tail) == nccl.topology(full)
+
+
+def _lines_before(path, offset):
+    """The number of lines that start before the first line at or after `offset`."""
+    with open(path, "rb") as handle:
+        start = nccl._line_start_after(handle, offset)
+        handle.seek(0)
+        return handle.read(start).count(b"\n")
+
+
+def _head_lines(path):
+    return _lines_before(path, 64 << 10)
+
+
+def _tail_first(path):
+    return _lines_before(path, os.path.getsize(path) - (256 << 10)) + 1
+
+
+def test_tail_mode_finds_a_communicator_silent_since_its_init(tmp_path):
+    """A communicator that never carried a call has -1 enqueued, in tail
+    mode as in full mode: the backward search reaches its init line."""
+    gen = generator()
+    path = tmp_path / "job.log"
+    gen.generate(str(path), ranks=4, size=600 << 10, per_node=2, stop_rank=None)
+    lines = path.read_bytes().split(b"\n")
+    extra = (b"gpu-node000:41000:41000 [0] NCCL INFO ncclCommInitRank comm 0x55d0ffff0000 rank 0 nranks 2 "
+             b"cudaDev 0 nvmlDev 0 busId 1b000 commId 0x00000000000abcde - Init COMPLETE")
+    lines.insert(len(lines) // 3, extra)
+    path.write_bytes(b"\n".join(lines))
+    full = nccl.parse(str(path), "job.log", full=True)
+    with small_tail():
+        tail = nccl.parse(str(path), "job.log")
+    assert summary(tail) == summary(full)
+    assert record(tail, "gpu-node000", 41000).progress["nccl:0x00000000000abcde"].enqueued == -1
+
+
+def test_tail_mode_with_many_communicators_to_look_for(tmp_path):
+    """Past 16 pointers the backward search reads each chunk once instead
+    of once per pointer: same answers."""
+    gen = generator()
+    path = tmp_path / "job.log"
+    gen.generate(str(path), ranks=4, size=600 << 10, per_node=2, stop_rank=None)
+    lines = path.read_bytes().split(b"\n")
+    at = len(lines) // 3
+    prefix = b"gpu-node000:41000:41000 [0] NCCL INFO "
+    extra = [prefix + b"ncclCommInitRank comm 0x55d0ffff%04x rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 1b000 "
+                      b"commId 0x%016x - Init COMPLETE" % (i, 0xabc000 + i) for i in range(24)]
+    extra.append(prefix + b"Send: opCount 0 sendbuff (nil) recvbuff 0x7f00 count 8 datatype 7 op 0 root 1 "
+                          b"comm 0x55d0ffff0007 [nranks=2] stream 0x55d0aaaa0000")
+    lines[at:at] = extra
+    path.write_bytes(b"\n".join(lines))
+    full = nccl.parse(str(path), "job.log", full=True)
+    with small_tail():
+        tail = nccl.parse(str(path), "job.log")
+    assert summary(tail) == summary(full)
+    progress = record(tail, "gpu-node000", 41000).progress
+    assert progress["nccl:0x0000000000abc007"].enqueued == 0
+    assert progress["nccl:0x0000000000abc007"].evidence.line == at + 25
+    assert [progress[f"nccl:0x{0xabc000 + i:016x}"].enqueued for i in (0, 6, 8, 23)] == [-1, -1, -1, -1]
+
+
+def test_pathological_lines_stay_fast(tmp_path):
+    junk = [b"NCCL INFO " * 6500, b"y:1:" * 16000 + b"NCCL INFO x", b"a:a:" * 16000,
+            b"h:1:1 [0] NCCL WARN NET/IB : Got completion from peer " + b"a:" * 30000 + b"<1>",
+            b"NCCL version 1.1.1" * 3000, b" " * 60000 + b"[repeated 3x across cluster]"]
+    path = tmp_path / "junk.log"
+    path.write_bytes(b"\n".join(junk * 10) + b"\n")
+    start = time.perf_counter()
+    facts = nccl.parse(str(path), "junk.log")
+    assert time.perf_counter() - start < 2
+    assert [(r.host, r.pid, len(r.errors)) for r in facts.records] == [("h", 1, 10)]
+
+
+def _big_size():
+    """~200 MB when this machine builds and reads it in under 10 s, else ~70 MB."""
+    gen = generator()
+    start = time.perf_counter()
+    with contextlib.suppress(Exception):
+        import tempfile
+        with tempfile.TemporaryDirectory() as tmp:
+            gen.generate(os.path.join(tmp, "probe.log"), ranks=8, size=1 << 20)
+    per_mb = (time.perf_counter() - start) / 8
+    projected = per_mb * 200 * 1.3 + 2.0  # build, then tail-mode parse under tracemalloc
+    return 25 << 20 if projected < 10 else 9 << 20
+
+
+def test_big_file_tail_mode(tmp_path):
+    gen = generator()
+    per_rank = _big_size()
+    path = tmp_path / "big.log"
+    built = time.perf_counter()
+    made = gen.generate(str(path), ranks=8, size=per_rank, stop_rank=5, stop_at=0.5)
+    built = time.perf_counter() - built
+    size = path.stat().st_size
+    assert size > nccl.TAIL_THRESHOLD
+    tracemalloc.start()
+    try:
+        start = time.perf_counter()
+        facts = nccl.parse(str(path), "big.log")
+        elapsed = time.perf_counter() - start
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    print(f"\nbig file: {size / 2**20:.0f} MiB built in {built:.1f} s, read in tail mode in {elapsed:.2f} s "
+          f"(under tracemalloc), peak {peak / 2**20:.0f} MiB")
+    assert peak < 100 << 20, f"peak {peak / 2**20:.0f} MiB"
+    assert elapsed < 10, f"{size / 2**20:.0f} MiB in {elapsed:.1f} s"
+    assert facts.unrecognized == 0 and len(facts.records) == 8
+    assert facts.diagnostics[0].message.startswith("tail mode: read lines 1-")
+    assert len(facts.comm_members) == 16 and len(facts.pid_ranks) == 8  # the init lines at the head
+    last_calls = []
+    for rank, expected in made["ranks"].items():
+        got = record(facts, expected["host"], expected["pid"])
+        assert got.progress[expected["world"]].enqueued == expected["world_last"], rank
+        assert got.progress[expected["node"]].enqueued == expected["node_last"], rank
+        last_calls.append(got.last_op.evidence)
+    with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        counted = lines = 0
+        for evidence in sorted(last_calls, key=lambda e: e.line):  # line numbers, counted once
+            at = data.find(evidence.text.encode(), counted)
+            assert at >= 0
+            lines += data[counted:at].count(b"\n")
+            counted = at
+            assert lines + 1 == evidence.line
+    stopped = record(facts, made["ranks"][5]["host"], made["ranks"][5]["pid"])
+    assert made["ranks"][5]["world_last"] < made["ranks"][4]["world_last"] * 0.6
+    assert stopped.last_op.seq in (made["ranks"][5]["world_last"], made["ranks"][5]["node_last"])
+    assert stopped.last_op.evidence.line < facts.records[0].last_op.evidence.line - 100_000
+
+
+# ---------------------------------------------------------------- bad input
+
+
+def test_empty_missing_and_directory(tmp_path):
+    empty = tmp_path / "empty.log"
+    empty.write_bytes(b"")
+    with pytest.raises(InputError, match="empty file"):
+        nccl.parse(str(empty), "empty.log")
+    with pytest.raises(InputError, match="cannot read"):
+        nccl.parse(str(tmp_path / "missing.log"), "missing.log")
+    with pytest.raises(InputError, match="cannot read"):
+        nccl.parse(str(tmp_path), "dir")
+
+
+def test_unrelated_program(tmp_path):
+    path = tmp_path / "app.log"
+    path.write_text("starting server\nlistening on :8080\nGET / 200\n" * 50)
+    facts = nccl.parse(str(path), "app.log")
+    assert (facts.records, facts.lines_read, facts.unrecognized) == ([], 150, 0)
+    assert [(d.line, d.message) for d in facts.diagnostics] == [(0, "no NCCL lines")]
+
+
+def test_binary_garbage(tmp_path):
+    path = tmp_path / "core.bin"
+    rng = random.Random(3)
+    path.write_bytes(bytes(rng.getrandbits(8) for _ in range(300_000)).replace(b"\n", b"") + b"\n" + b"x" * 10)
+    facts = nccl.parse(str(path), "core.bin")
+    assert facts.records == [] and facts.lines_read == 2
+    assert [d.message for d in facts.diagnostics] == ["line longer than 64 KiB: skipped", "no NCCL lines"]
+
+
+def test_truncated_last_line(tmp_path):
+    data = (FIXTURES / "job8.log").read_bytes()
+    cut = data[:data.index(b"[default3]:node-b:8104:8104 [3] NCCL INFO AllReduce: opCount 1b") + 120]
+    path = tmp_path / "cut.log"
+    path.write_bytes(cut)
+    facts = nccl.parse(str(path), "cut.log")
+    assert (facts.lines_read, facts.unrecognized) == (500, 1)
+    assert [(d.line, d.message[:40]) for d in facts.diagnostics] == [
+        (500, "unreadable COLL line: '[default3]:node-b")]
+    cut_short = record(facts, "node-b", 8104)  # its calls before the cut one
+    assert (cut_short.last_op.op, cut_short.last_op.seq, cut_short.progress[WORLD].enqueued) == (
+        "all_gather", 0xd, 0x1a)
+
+
+def test_huge_line_in_the_middle(tmp_path):
+    lines = (FIXTURES / "job8.log").read_bytes().split(b"\n")
+    lines.insert(200, b"x" * (10 << 20))
+    path = tmp_path / "huge.log"
+    path.write_bytes(b"\n".join(lines))
+    facts = nccl.parse(str(path), "huge.log")
+    assert [(d.line, d.message) for d in facts.diagnostics] == [(201, "line longer than 64 KiB: skipped")]
+    assert facts.lines_read == 509
+    assert record(facts, "node-b", 8102).last_op.evidence.line == 474  # numbering goes on past it
+    plain = parse("job8.log")
+    assert [r.last_op.seq for r in facts.records] == [r.last_op.seq for r in plain.records]
+
+
+def test_mixed_encodings(tmp_path):
+    data = (FIXTURES / "warnings.log").read_bytes()
+    data = data.replace(b"Cuda failure 'an illegal", b"Cuda failure \xe9\xff 'an illegal")
+    data = b"caf\xe9 latin-1 line\n\xff\xfe\xfd junk\n" + data
+    path = tmp_path / "mixed.log"
+    path.write_bytes(data)
+    facts = nccl.parse(str(path), "mixed.log")
+    assert facts.unrecognized == 0 and facts.lines_read == 44
+    assert "\ufffd" in record(facts, "hostA", 100).errors[-1].text
+
+
+def test_unreadable_lines_are_counted_and_capped(tmp_path):
+    good = (FIXTURES / "job8.log").read_bytes().split(b"\n")[200]
+    bad = []
+    for i in range(120):
+        kind = i % 3
+        if kind == 0:
+            bad.append(b"gpu1:1:1 [0] NCCL INFO AllReduce: opCount %x sendbuff 0x1 recvbuff" % i)
+        elif kind == 1:
+            bad.append(b"garbled NCCL INFO AllReduce: opCount %x" % i)
+        else:
+            bad.append(b"gpu1:1:1 [0] NCCL INFO comm 0x5 rank 0 nranks - Init COMPLETE")
+    path = tmp_path / "bad.log"
+    path.write_bytes(b"\n".join([good] + bad + [good]) + b"\n")
+    facts = nccl.parse(str(path), "bad.log")
+    assert facts.unrecognized == 120 and facts.lines_read == 122
+    messages = [(d.line, d.message) for d in facts.diagnostics]
+    assert len(messages) == 51
+    assert messages[0] == (2, "unreadable COLL line: 'gpu1:1:1 [0] NCCL INFO AllReduce: opCount 0 sendbuff 0x1 "
+                              "recvbuff'")
+    assert messages[1] == (3, "NCCL line without its host:pid:tid prefix: 'garbled NCCL INFO AllReduce: opCount 1'")
+    assert messages[2][1].startswith("unreadable communicator line: ")
+    assert messages[-1] == (121, "70 more unreadable NCCL lines")
+
+
+def test_gzip_cut_short(tmp_path):
+    packed = gzip.compress((FIXTURES / "job8.log").read_bytes())
+    path = tmp_path / "job8.log.gz"
+    path.write_bytes(packed[:len(packed) * 2 // 3])
+    facts = nccl.parse(str(path), "job8.log.gz")
+    assert facts.diagnostics[-1].severity == "error"
+    assert "gzip stream is corrupt or cut short" in facts.diagnostics[-1].message
+    assert len(facts.records) == 8 and facts.lines_read > 100
+
+
+def test_zstd(tmp_path):
+    path = tmp_path / "job8.log.zst"
+    try:
+        import zstandard
+    except ImportError:
+        path.write_bytes(b"\x28\xb5\x2f\xfd" + b"\x00" * 32)
+        facts = nccl.parse(str(path), "job8.log.zst")
+        assert facts.records == []
+        assert facts.diagnostics[0].severity == "error"
+        assert "zstandard module is not installed" in facts.diagnostics[0].message
+        return
+    path.write_bytes(zstandard.ZstdCompressor().compress((FIXTURES / "job8.log").read_bytes()))
+    assert summary(nccl.parse(str(path), "job8.log")) == summary(parse("job8.log"))
+
+
+def test_gzip_streams_with_flat_memory(tmp_path):
+    gen = generator()
+    path = tmp_path / "job.log.gz"
+    made = gen.generate(str(path), ranks=4, size=4 << 20, per_node=2, stop_rank=1, stop_at=0.5,
+                        compress=True)
+    tracemalloc.start()
+    try:
+        facts = nccl.parse(made["paths"][0], "job.log.gz")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 << 20
+    for expected in made["ranks"].values():
+        assert record(facts, expected["host"], expected["pid"]).progress[expected["world"]].enqueued == \
+            expected["world_last"]
+
+
+# ---------------------------------------------------------------- fuzz
+
+_SEED_LINES = [line for name in ("job8.log", "real_nccl229_two_hosts.log", "warnings.log", "wrapped.log",
+                                 "old_versions.log", "real_lines.log")
+               for line in (FIXTURES / name).read_bytes().split(b"\n") if b"NCCL" in line]
+
+
+@st.composite
+def mutated_logs(draw):
+    lines = draw(st.lists(st.sampled_from(_SEED_LINES), min_size=1, max_size=30))
+    out = []
+    for line in lines:
+        action = draw(st.integers(0, 9))
+        if action == 0:
+            line = line[:draw(st.integers(0, len(line)))]
+        elif action == 1:
+            at = draw(st.integers(0, len(line)))
+            line = line[:at] + draw(st.binary(max_size=12)) + line[at:]
+        elif action == 2:
+            at = draw(st.integers(0, max(0, len(line) - 1)))
+            line = line[:at] + bytes([draw(st.integers(0, 255))]) + line[at + 1:]
+        elif action == 3:
+            line = draw(st.sampled_from([b"\x1b[31m", b"\r", b"[rank3]:", b"\x00", b"0x", b"-1 ", b"(nil)"])) + line
+        elif action == 4:
+            line = line.replace(b" ", draw(st.sampled_from([b"  ", b"\t", b""])), draw(st.integers(1, 3)))
+        elif action == 5 and draw(st.booleans()):
+            line = b"y" * (70 << 10) + line
+        out.append(line)
+    tail = draw(st.sampled_from([b"\n", b"", b"\r\n"]))
+    return b"\n".join(out) + tail
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                   HealthCheck.too_slow])
+@given(data=mutated_logs())
+def test_fuzz_mutated_lines(tmp_path, data):
+    path = tmp_path / "fuzz.log"
+    path.write_bytes(data)
+    _check_never_crashes(path, data)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.binary(min_size=0, max_size=4096))
+def test_fuzz_binary_junk(tmp_path, data):
+    path = tmp_path / "junk.log"
+    path.write_bytes(data)
+    _check_never_crashes(path, data)
+
+
+def _check_never_crashes(path, data):
+    nccl.sniff(str(path), data[:65536])
+    for mode in ("full", "tail"):
+        try:
+            if mode == "tail":
+                with small_tail(threshold=1024, head=256, tail=512, chunk=256):
+                    facts = nccl.parse(str(path), "fuzz.log")
+            else:
+                facts = nccl.parse(str(path), "fuzz.log", full=True)
+        except InputError:
+            assert not data
+            continue
+        assert facts.unrecognized >= 0 and facts.lines_read >= 0
+        for proc in facts.records:
+            assert isinstance(proc.host, str) and isinstance(proc.pid, int)
+            for op in proc.recent_ops:
+                assert 1 <= op.evidence.line <= max(facts.lines_read, data.count(b"\n") + 1)
+                assert isinstance(op.seq, int) and op.seq >= 0
+        nccl.topology(facts)
+
+
+def test_prefix_rank_that_contradicts_the_world_rank(tmp_path):
+    path = tmp_path / "odd.log"
+    path.write_text("[rank3]:h:1:1 [0] NCCL INFO comm 0x5 rank 1 nranks 2 cudaDev 0 busId 1000 commId 0x9 "
+                    "- Init COMPLETE\n")
+    facts = nccl.parse(str(path), "odd.log")
+    assert [(h, p, r) for h, p, r, _ in facts.pid_ranks] == [("h", 1, 1), ("h", 1, 3)]
+    assert [(d.line, d.message) for d in facts.diagnostics] == [
+        (1, "h:1: its [rank3]: prefix and its rank 1 in the largest communicator disagree")]
