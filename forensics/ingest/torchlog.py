@@ -27,11 +27,36 @@ becomes `0`) and each distinct masked record is parsed once by
 grammars/torch_log.lark; the parse says where the values sit and they are
 read back from the record's own text. Memory stays flat: only open records,
 the per-process state and a bounded parse cache are kept.
+
+What goes where, for the merger:
+- `last_op` is the latest call a process's lines state (a watchdog timeout,
+  a blocking-wait or async error, DETAIL's `Running collective` or the
+  fingerprint of a mismatch or a monitored barrier, the desync report's
+  own timeout), `recent_ops` the ones before it; the group is the PG GUID
+  of the line, else of the record, else "0" (default_pg). A timeout line
+  that names no group takes the GUID of the watchdog's next line when that
+  line reports the same sequence number.
+- `progress[group]`: the latest counters. Desync reports give the ranks they
+  name (started, completed): never joined any collective → (-1, -1),
+  c10d's value before any work; joined but didn't finish #N → (N, N-1);
+  finished #N but didn't join #N+1 → (N, N); snapshot lines likewise.
+- Ranks in messages (`Rank N`, `[PG … Rank N]`, desync and monitored
+  barrier lists) are group-local: they become global ranks (`rank`,
+  peer claims, `peers_in_errors`) only in the default group.
+- The launcher's records: `alive=False`, exit code and signal of each
+  failed worker. Workers the launcher (or a collector) killed with SIGTERM
+  after the hang are not its cause; the entry torchelastic calls the root
+  cause has the `Root Cause (first observed failure):` line among its
+  `errors`, and `Sending process N closing signal SIGTERM` is in the
+  errors of the worker it names. The engine decides what they mean.
+- A worker's tee'd lines (`[default1]:`) and the launcher's summary entry
+  for local rank 1 are one process: the torch record takes the summary's
+  rank, pid and host.
 """
 
 from __future__ import annotations
 
-import bisect
+import functools
 import gzip
 import re
 import zlib
@@ -58,16 +83,19 @@ GRAMMAR = "torch_log"
 
 MAX_LINE = 64 * 1024         # longer lines are skipped with a diagnostic
 MAX_RECORD_LINES = 400       # a record's further continuation lines are read, not kept
+MAX_RECORD_CHARS = 256 * 1024
 MAX_LISTED = 50              # unrecognized records listed one by one per file
 MAX_ERRORS = 64              # error lines kept per process
 MAX_STUCK = 200              # stuck signals per file
 RECENT_OPS = 3
 WRAP_MIN = 60                # a hard-wrapped line is at least this long
+MAX_WRAP_CHECKS = 20_000     # parses spent per file on telling wraps from other output
 EVIDENCE_CHARS = 2000
 
 # ---------------------------------------------------------------- sniffing
 
-_ANSI_BYTES = re.compile(rb"\x1b\[[0-9;?]*[ -/]*[@-~]")
+_ANSI_PATTERN = r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]"  # CSI sequences (colours, tqdm's cursor moves)
+_ANSI_BYTES = re.compile(_ANSI_PATTERN.encode())
 _OUTER_BYTES = rb"(?:\[(?:rank|default)\d+\]:|\([^()\n]*pid=\d+[^()\n]*\) ?)*"
 _SNIFF = re.compile(
     rb"\[[FEWIV]\d{3,4} \d\d:\d\d:\d\d\.\d{6,9} [\w.\-]+\.(?:cpp|cc|h|hpp|cu|cxx):\d+\] "
@@ -142,7 +170,10 @@ def _lines(path: str, display: str, facts: Facts):
                     yield line_no, None
                     continue
             except (OSError, EOFError, zlib.error) as exc:
-                facts.diag(line_no + 1, f"file cut short: {exc.__class__.__name__}: {exc}"[:200], "error")
+                reason = f"{exc.__class__.__name__}: {exc}"[:200]
+                if line_no == 0:
+                    raise InputError(display, f"cannot read: {reason}") from None
+                facts.diag(line_no, f"file cut short after line {line_no}: {reason}", "error")
                 return
             if not data:
                 return
@@ -153,47 +184,33 @@ def _lines(path: str, display: str, facts: Facts):
 
 # ---------------------------------------------------------------- masking
 
-_NUMBER = re.compile(r"0[xX][0-9a-fA-F]+|[0-9]+")
+_DIGITS = bytes.maketrans(b"123456789", b"000000000")
 
 
 def _mask(text: str) -> str:
-    return _NUMBER.sub("0", text)
+    """Every digit becomes `0`: records that differ only in their numbers
+    share one parse, and every value keeps its place."""
+    return text.encode("utf-8", "surrogatepass").translate(_DIGITS).decode("utf-8", "surrogatepass")
 
 
 class _Text:
-    """A record's text, and the way back from a position in its masked form
-    (where every number is one `0`) to the original."""
+    """A record's text and its masked form; spans of the one are spans of the other."""
 
-    __slots__ = ("text", "_ends", "_shift")
+    __slots__ = ("text", "masked")
 
     def __init__(self, text: str):
         self.text = text
-        self._ends: list[int] | None = None
-
-    def _map(self) -> None:
-        ends, shift, extra = [], [], 0
-        for match in _NUMBER.finditer(self.text):
-            start, end = match.span()
-            ends.append(start - extra + 1)
-            extra += end - start - 1
-            shift.append(extra)
-        self._ends, self._shift = ends, shift
-
-    def _orig(self, pos: int) -> int:
-        if self._ends is None:
-            self._map()
-        k = bisect.bisect_right(self._ends, pos)
-        return pos + (self._shift[k - 1] if k else 0)
+        self.masked = _mask(text)
 
     def get(self, ref) -> str:
-        if ref is None:
-            return ""
-        return self.text[self._orig(ref[0]):self._orig(ref[1])]
+        return self.text[ref[0]:ref[1]] if ref is not None else ""
 
     def int(self, ref) -> int | None:
-        text = self.get(ref).strip()
+        if ref is None:
+            return None
+        text = self.text[ref[0]:ref[1]].strip()
         try:
-            return int(text, 0) if text[:2] in ("0x", "0X") else int(text)
+            return int(text, 16) if text[:2] in ("0x", "0X") else int(text)
         except ValueError:
             return None
 
@@ -214,7 +231,8 @@ class _Ev(NamedTuple):
 
 class _Unreadable(NamedTuple):
     line: int        # 0-based line of the record where the parse stopped
-    reason: str
+    column: int      # 1-based column in that line (0: the end of the record)
+    at_end: bool = False  # the text stops inside a known shape: it may go on
 
 
 def _ref(token) -> tuple[int, int]:
@@ -265,11 +283,10 @@ def _text_ref(children):
     return _ref(token) if token is not None else None
 
 
-def _event(kind, data=()):
-    """A transformer callback for a rule that states one event."""
+def _event(kind):
+    """A transformer callback for a rule that states one event, and what it nests."""
     def callback(self, children):
-        at = _at(children)
-        return [_Ev(kind, at, data(children) if callable(data) else data)] + _events(children)
+        return [_Ev(kind, _at(children))] + _events(children)
     return callback
 
 
@@ -317,9 +334,6 @@ class _Records(lark.Transformer):
     def noise(self, c):
         return None
 
-    def tb_frame(self, c):
-        return None
-
     # -- prefixes and messages
     def rank_prefix(self, c):
         return ("pg", None, None, _num(c), _at(c))
@@ -330,6 +344,8 @@ class _Records(lark.Transformer):
                 _num(c, len(_tokens(c, "NUM")) - 1), _at(c))
 
     def message(self, c):
+        """Events of the message carry its PG prefix (the last one naming a
+        GUID); a nested message without a GUID inherits this one's."""
         context = None
         for child in c:
             if isinstance(child, tuple) and child[0] == "pg":
@@ -347,9 +363,6 @@ class _Records(lark.Transformer):
                 ev = ev._replace(pg=(pg[0], pg[1], ev.pg[2] if ev.pg[2] is not None else pg[2]))
             out.append(ev)
         return out
-
-    def generic(self, c):
-        return []
 
     # -- records
     def c10_record(self, c):
@@ -371,24 +384,13 @@ class _Records(lark.Transformer):
                 pid = (head.start_pos + where.start("pid"), head.start_pos + where.end("pid"))
         return [_Ev("log", head.start_pos, (level, source, pid))] + _events(c)
 
-    def traceback(self, c):
-        return [_Ev("traceback", _at(c))] + _events(c)
+    traceback = _event("traceback")
+    terminate = _event("terminate")
+    what = _event("what")
 
     def exception(self, c):
         name = c[0]
         return [_Ev("exception", name.start_pos, (_ref(name),))] + _events(c)
-
-    def terminate(self, c):
-        return [_Ev("terminate", _at(c))] + _events(c)
-
-    def what(self, c):
-        return [_Ev("what", _at(c))] + _events(c)
-
-    def tail(self, c):
-        return _events(c)
-
-    def tail_line(self, c):
-        return _events(c)
 
     # -- c10d events
     def watchdog_timeout(self, c):
@@ -428,9 +430,6 @@ class _Records(lark.Transformer):
     def remote_error(self, c):
         return [_Ev("remote_error", _at(c), (_num(c),))]
 
-    def stack_trace(self, c):
-        return []
-
     # -- DETAIL
     def running(self, c):
         return [_Ev("running", _at(c), (_tagged(c, "fp"),))]
@@ -443,9 +442,6 @@ class _Records(lark.Transformer):
         return [_Ev("wrapper_barrier", _at(c), (_tagged(c, "fp"),))]
 
     # -- monitored barrier
-    def rank_only(self, c):
-        return [_Ev("rank_only", _at(c), (_num(c),))]
-
     def barrier_failed(self, c):
         listed = _tagged(c, "ranks")
         if listed is not None:
@@ -474,7 +470,9 @@ class _Records(lark.Transformer):
     def desync_snapshot_head(self, c):
         head = c[0]
         verb = "started" if "started" in head.value else "finished"
-        return [_Ev("desync_snapshot_head", head.start_pos, ((head.start_pos + 1, head.start_pos + 2), verb))]
+        digits = len(head.value[1:].split(" ", 1)[0])
+        return [_Ev("desync_snapshot_head", head.start_pos,
+                    ((head.start_pos + 1, head.start_pos + 1 + digits), verb))]
 
     def desync_snapshot(self, c):
         verb = _token(c, "SNAPSHOT_VERB").value
@@ -521,14 +519,13 @@ class _Records(lark.Transformer):
     def entry_more(self, c):
         return ("more", _at(c[1:]), "")
 
-    def root_cause(self, c):
-        return [_Ev("root_cause", _at(c))]
-
-    def summary_marker(self, c):
-        return []
+    root_cause = _event("root_cause")
 
     def __default__(self, data, children, meta):
-        if data.startswith("_"):  # lark's own repetition rules: spliced into their parent
+        """Rules that state nothing themselves pass on what they nest. Lark's
+        own repetition rules (`__…`) must stay trees: lark splices them into
+        their parent while parsing, so none reaches a template."""
+        if data.startswith("_"):
             return lark.Tree(data, children)
         return _events(children)
 
@@ -536,7 +533,7 @@ class _Records(lark.Transformer):
         return _events(c)
 
 
-_LOG_WHERE = re.compile(r"[FEWIV]0 0:0:0\.0 +(?P<pid>0) (?P<glog>[^\]\s]+):0\]"
+_LOG_WHERE = re.compile(r"[FEWIV]0+ 0+:0+:0+\.0+ +(?P<pid>0+) (?P<glog>[^\]\s]+):0+\]"
                         r"|\[[^\]]*\] (?P<stamped>[\w.]+):|[A-Z]+:(?P<plain>[\w.]+):")
 
 _TEMPLATES = _Cache(32 << 20)
@@ -552,26 +549,57 @@ def _template(masked: str):
             found = tuple(ev._replace(at=masked.count("\n", 0, ev.at) if ev.at > 0 else 0) for ev in events)
         except lark.exceptions.UnexpectedInput as exc:
             line = max(0, (getattr(exc, "line", 1) or 1) - 1)
-            found = _Unreadable(line, "unexpected " + _describe(exc))
-        except (lark.exceptions.LarkError, RecursionError) as exc:
-            found = _Unreadable(0, exc.__class__.__name__)
+            column = 0 if _at_end(exc) else (getattr(exc, "column", 0) or 0)
+            found = _Unreadable(line, column, _stops_short(exc, masked))
+        except Exception:  # noqa: BLE001 - whatever a record does to the parser, it is one unread record
+            found = _Unreadable(0, 1)
         _TEMPLATES.put(masked, found)
     return found
 
 
-def _describe(exc) -> str:
+def _stops_short(exc, masked: str) -> bool:
+    """Whether the text ends where more of a known shape was expected: at
+    the end of the record, or inside a keyword cut in two."""
+    if isinstance(exc, lark.exceptions.UnexpectedEOF):
+        return True
+    if isinstance(exc, lark.exceptions.UnexpectedToken):
+        if exc.token.type == "$END":
+            return True
+        expected, at = exc.expected, exc.token.start_pos
+    elif isinstance(exc, lark.exceptions.UnexpectedCharacters):
+        expected, at = exc.allowed, exc.pos_in_stream
+    else:
+        return False
+    rest = masked[at:] if at is not None else ""
+    if not rest or "\n" in rest:
+        return not rest
+    if len(rest) <= 40:
+        return True  # a few characters before the end: a word cut in two
+    literals = _literals()
+    return any(literals.get(name, "").startswith(rest) for name in expected or ())
+
+
+@functools.lru_cache(maxsize=1)
+def _literals() -> dict[str, str]:
+    return {t.name: t.pattern.value for t in parser(GRAMMAR, "start", _Records).terminals
+            if t.pattern.type == "str"}
+
+
+def _at_end(exc) -> bool:
     token = getattr(exc, "token", None)
-    if token is not None and getattr(token, "type", "") == "$END":
-        return "end of record"
-    char = getattr(exc, "char", None)
-    if char is not None:
-        return f"text at column {getattr(exc, 'column', '?')}"
-    return f"text at column {getattr(exc, 'column', '?')}"
+    return isinstance(exc, lark.exceptions.UnexpectedEOF) or getattr(token, "type", "") == "$END"
+
+
+_PLAIN_EVENTS = frozenset({"c10", "log", "pg"})
+
+
+def _specific(template) -> int:
+    return sum(1 for ev in template if ev.kind not in _PLAIN_EVENTS)
 
 
 # ---------------------------------------------------------------- cutting the stream into records
 
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
+_ANSI = re.compile(_ANSI_PATTERN)
 _OUTER = re.compile(r"\[rank(?P<rank>\d{1,7})\]:|\[default(?P<local>\d{1,7})\]:"
                     r"|\((?:[A-Za-z_][\w.:\-]*\s+)?pid=(?P<pid>\d{1,10})(?:,\s*ip=(?P<ip>[^)\s]+))?\)\s?")
 _GLUED = re.compile(r"\[(?:rank|default)\d{1,7}\]:|\[[FEWIV]\d{3,4} \d\d:\d\d:\d\d\.\d{6,9} ")
@@ -593,9 +621,14 @@ _HEAD = re.compile(r"""
 | (?P<indent>[ \t]+\S)
 | (?P<chain>The\ above\ exception\ was\ the\ direct\ cause|During\ handling\ of\ the\ above\ exception)
 """, re.X)
+_EXCEPTION_LINE = re.compile(r"[A-Za-z_][\w.]*(?::|\s*$)")
 _NEW_RECORD = frozenset({"c10", "log", "tb", "term", "entry", "marker"})
 _AGENT_LOGGERS = ("torch/distributed/elastic/", "torch/distributed/run.py", "torch/distributed/launch",
                   "torch.distributed.elastic", "torch.distributed.run", "torch.distributed.launch")
+
+_KIND_NAMES = {"c10": "c10d log line", "log": "launcher log line", "tb": "traceback",
+               "exc": "exception line", "term": "terminate message", "gloo": "Gloo error",
+               "entry": "failure summary entry", "marker": "failure summary line"}
 
 FILE = ("file",)
 AGENT = ("agent",)
@@ -607,20 +640,24 @@ class _Pending:
     evidence, physical line number)."""
 
     __slots__ = ("kind", "key", "bodies", "fulls", "numbers", "last_len", "last_line",
-                 "tb_done", "expect_original", "dropped", "root_cause")
+                 "tb_done", "expect_more", "dropped", "size")
 
     def __init__(self, kind, key, line_no, full, body):
         self.kind, self.key = kind, key
         self.bodies, self.fulls, self.numbers = [body], [full], [line_no]
         self.last_len, self.last_line = len(full), line_no
         self.tb_done = False
-        self.expect_original = False
+        # A line ending in ":" announces more: `. Error: `, ` Original exception: `.
+        self.expect_more = kind in ("c10", "exc", "term") and body.rstrip().endswith(":")
         self.dropped = 0
-        self.root_cause = None
+        self.size = len(body)
 
     def add(self, line_no, full, body) -> None:
         self.last_len, self.last_line = len(full), line_no
-        if len(self.bodies) >= MAX_RECORD_LINES:
+        self.size += len(body)
+        self.expect_more = ((self.kind in ("c10", "exc", "term") or (self.kind == "tb" and self.tb_done))
+                            and body.rstrip().endswith(":"))
+        if len(self.bodies) >= MAX_RECORD_LINES or self.size > MAX_RECORD_CHARS:
             self.dropped += 1
             return
         self.bodies.append(body)
@@ -632,6 +669,8 @@ class _Pending:
         self.bodies[-1] += body
         self.fulls[-1] += full
         self.last_len, self.last_line = len(full), line_no
+        self.size += len(body)
+        self.expect_more = self.expect_more and self.bodies[-1].rstrip().endswith(":")
 
     def text(self) -> str:
         return "\n".join(self.bodies)
@@ -650,9 +689,10 @@ def _unbalanced(text: str) -> bool:
 class _Proc:
     """What the file says about one process, built up record by record."""
 
-    __slots__ = ("key", "rank", "local_rank", "pid", "host", "last_op", "op_line", "recent", "progress",
+    __slots__ = ("key", "rank", "local_rank", "pid", "host", "ops", "progress", "pending_progress",
                  "errors", "error_lines", "errors_dropped", "peers", "timed_out", "alive", "exit_code",
-                 "signal", "evidence", "stuck", "guessed_group_op", "records", "meaningful")
+                 "signal", "evidence", "stuck", "guessed_group_op", "records", "meaningful", "c10",
+                 "rank_conflict")
 
     def __init__(self, key):
         self.key = key
@@ -660,10 +700,12 @@ class _Proc:
         self.local_rank = key[1] if key[0] == "local" else None
         self.pid = key[1] if key[0] == "pid" else None
         self.host = ""
-        self.last_op: CommOp | None = None
-        self.op_line = 0
-        self.recent: deque[CommOp] = deque(maxlen=RECENT_OPS)
+        # The last calls, oldest first, as (CommOp or _Lazy, line). A call read
+        # lazily is a DETAIL `Running collective` line: when an error line
+        # restates the call, the error line is the better evidence.
+        self.ops: deque[tuple] = deque(maxlen=RECENT_OPS + 1)
         self.progress: dict[str, GroupProgress] = {}
+        self.pending_progress: dict[str, _Lazy] = {}
         self.errors: list[Evidence] = []
         self.error_lines: set[int] = set()
         self.errors_dropped = 0
@@ -677,6 +719,8 @@ class _Proc:
         self.guessed_group_op: CommOp | None = None
         self.records = 0
         self.meaningful = False
+        self.c10 = False
+        self.rank_conflict = False
 
     def error(self, evidence: Evidence) -> None:
         self.meaningful = True
@@ -697,19 +741,71 @@ class _Proc:
         group and seq) completes it rather than pushing it down."""
         self.meaningful = True
         last = self.last_op
-        if last is not None and (last.op, last.group, last.seq) == (op.op, op.group, op.seq):
-            op = replace(op, sizes=op.sizes or last.sizes, dtype=op.dtype or last.dtype,
-                         timeout_ms=op.timeout_ms if op.timeout_ms is not None else last.timeout_ms,
-                         elapsed_ms=op.elapsed_ms if op.elapsed_ms is not None else last.elapsed_ms,
-                         any_source=op.any_source or last.any_source,
-                         state=last.state if op.state == "started" else op.state)
-        elif last is not None:
-            self.recent.append(last)
-        self.last_op, self.op_line = op, line
+        if last is not None and _same_call(last, op):
+            self.ops[-1] = (_merged(last, op, self.ops[-1][2]), self.ops[-1][1], False)
+        else:
+            self.ops.append((op, line, False))
+
+    def lazy_op(self, build, line: int) -> None:
+        """A call stated by a line of which thousands may follow (DETAIL's
+        `Running collective`): read only if no later call pushes it out."""
+        self.meaningful = True
+        self.ops.append((_Lazy(build), line, True))
+
+    @property
+    def last_op(self) -> CommOp | None:
+        if not self.ops:
+            return None
+        item, line, weak = self.ops[-1]
+        if isinstance(item, _Lazy):
+            item = item.build()
+            self.ops[-1] = (item, line, weak)
+        return item
+
+    def set_last_op(self, op: CommOp) -> None:
+        self.ops[-1] = (op,) + self.ops[-1][1:]
+
+    def calls(self) -> tuple[CommOp | None, tuple[CommOp, ...]]:
+        """(last call, the ones before it)."""
+        merged: list[CommOp] = []
+        weak = False
+        for item, _, lazy in self.ops:
+            op = item.build() if isinstance(item, _Lazy) else item
+            if op is None:
+                continue
+            if merged and _same_call(merged[-1], op):
+                merged[-1] = _merged(merged[-1], op, weak)
+                weak = weak and lazy
+            else:
+                merged.append(op)
+                weak = lazy
+        return (merged[-1] if merged else None), tuple(merged[-1 - RECENT_OPS:-1])
 
     def set_progress(self, group: str, progress: GroupProgress) -> None:
+        """The latest counters of a group; what a later line does not state
+        (a failure line has no `started`) is kept from the earlier one."""
         self.meaningful = True
+        pending = self.pending_progress.pop(group, None)
+        if pending is not None:
+            self.set_progress(group, pending.build())
+        old = self.progress.get(group)
+        if old is not None:
+            progress = GroupProgress(
+                enqueued=progress.enqueued if progress.enqueued is not None else old.enqueued,
+                started=progress.started if progress.started is not None else old.started,
+                completed=progress.completed if progress.completed is not None else old.completed,
+                evidence=progress.evidence or old.evidence)
         self.progress[group] = progress
+
+    def lazy_progress(self, group: str, build) -> None:
+        """Counters the next periodic line of the group replaces outright."""
+        self.meaningful = True
+        self.pending_progress[group] = _Lazy(build)
+
+    def final_progress(self) -> dict[str, GroupProgress]:
+        for group in list(self.pending_progress):
+            self.set_progress(group, self.pending_progress.pop(group).build())
+        return self.progress
 
     def absorb(self, other: "_Proc") -> None:
         """Another key's state of the same process (e.g. its `[default3]:`
@@ -720,14 +816,12 @@ class _Proc:
         self.host = self.host or other.host
         self.signal = self.signal or other.signal
         self.timed_out = self.timed_out or other.timed_out
-        if other.last_op is not None and (self.last_op is None or other.op_line > self.op_line):
-            if self.last_op is not None:
-                self.recent.append(self.last_op)
-            self.last_op, self.op_line = other.last_op, other.op_line
-        for group, progress in other.progress.items():
-            mine = self.progress.get(group)
-            if mine is None or _line(progress) > _line(mine):
-                self.progress[group] = progress
+        self.ops = deque(sorted(list(self.ops) + list(other.ops), key=lambda item: item[1]),
+                         maxlen=RECENT_OPS + 1)
+        mine = self.final_progress()
+        for group, progress in other.final_progress().items():
+            if group not in mine or _line(progress) > _line(mine[group]):
+                mine[group] = progress
         for evidence in other.errors:
             self.error(evidence)
         for rank in other.peers:
@@ -735,6 +829,37 @@ class _Proc:
         self.stuck.extend(other.stuck)
         self.records += other.records
         self.meaningful = self.meaningful or other.meaningful
+        self.c10 = self.c10 or other.c10
+
+
+class _Lazy:
+    """A value read from its record only when it is needed."""
+
+    __slots__ = ("_build", "_value", "_done")
+
+    def __init__(self, build):
+        self._build, self._value, self._done = build, None, False
+
+    def build(self):
+        if not self._done:
+            self._value, self._done, self._build = self._build(), True, None
+        return self._value
+
+
+def _same_call(a: CommOp, b: CommOp) -> bool:
+    return (a.op, a.group, a.seq) == (b.op, b.group, b.seq)
+
+
+def _merged(old: CommOp, new: CommOp, old_is_weak: bool = False) -> CommOp:
+    """A second statement about the same call (an exception restating a
+    watchdog line): what it adds is kept, and the first statement stays the
+    evidence unless that was only a DETAIL `Running collective` line."""
+    return replace(new, sizes=new.sizes or old.sizes, dtype=new.dtype or old.dtype,
+                   timeout_ms=new.timeout_ms if new.timeout_ms is not None else old.timeout_ms,
+                   elapsed_ms=new.elapsed_ms if new.elapsed_ms is not None else old.elapsed_ms,
+                   any_source=new.any_source or old.any_source,
+                   state=old.state if new.state == "started" else new.state,
+                   evidence=new.evidence if old_is_weak or old.evidence is None else old.evidence)
 
 
 def _line(progress: GroupProgress) -> int:
@@ -786,13 +911,15 @@ class _Reader:
         self.root_cause: Evidence | None = None
         self.listed = 0
         self.seen_text = False
+        self.widest = 0           # the longest line so far: hard wrapping caps it
+        self.wrap_checks = 0
+        self.wraps_found = 0
         self.stuck_count = 0
 
     # -- lines
     def feed(self, line_no: int, data: bytes | None) -> None:
-        if data is None:
+        if data is None:  # a skipped line: what follows may still continue the record before it
             self.seen_text = True
-            self.last = None
             return
         text = data.decode("utf-8", "replace")
         if text.endswith("\n"):
@@ -809,75 +936,78 @@ class _Reader:
             self._piece(line_no, text)
 
     def _piece(self, line_no: int, full: str) -> None:
-        pos, rank, local, pid, host, after_rank = 0, None, None, None, "", False
-        while True:
-            match = _OUTER.match(full, pos)
-            if match is None or match.end() == pos:
-                break
-            pos = match.end()
-            if match.group("rank") is not None:
-                rank, after_rank = int(match.group("rank")), True
-            elif match.group("local") is not None:
-                local, after_rank = int(match.group("local")), False
-            else:
-                pid, host, after_rank = int(match.group("pid")), match.group("ip") or host, False
-        if after_rank and full.startswith(" ", pos):
-            pos += 1
-        body = full[pos:]
-        head = _HEAD.match(body)
-        kind = head.lastgroup if head is not None else None
-        if kind is None:
-            glued = _GLUED.search(body, 1)
-            if glued is not None:
-                self._piece(line_no, body[glued.start():])
-                return
-        key = self._key(rank, local, pid, host)
+        full, body, kind, key = self._split(full)
         same = self.open.get(key)
         # Lines without prefix continue the most recent record (a C++
         # message's later lines carry no prefix), or the file's own.
         recent = same if key != FILE else (self.last if self.last is not None else same)
-        if recent is not None and recent.expect_original and kind not in _NEW_RECORD:
-            recent.expect_original = False
+        blank = not body.strip()
+        awaiting = same is not None and same.kind == "tb" and not same.tb_done
+        if (kind in (None, "indent") and not blank and recent is not None
+                and not (recent.kind == "tb" and not recent.tb_done) and self._wraps(recent, line_no, body)):
+            self._join(recent, line_no, full, body)
+        elif recent is not None and recent.expect_more and kind not in _NEW_RECORD and not blank:
             self._extend(recent, line_no, full, body)
-            return
-        if same is not None and same.kind == "tb" and not same.tb_done and kind not in _NEW_RECORD:
+        elif (same is None and key == FILE and kind is None and not blank and recent is not None
+              and recent.kind == "tb" and not recent.tb_done and recent.last_line == line_no - 1
+              and not _EXCEPTION_LINE.match(body)):
+            self._join(recent, line_no, full, body)  # a wrapped frame line whose rest lost the prefix
+        elif awaiting and kind not in _NEW_RECORD:
             if kind in ("indent", "field"):
                 self._extend(same, line_no, full, body)
-            elif body.strip():
-                same.tb_done = True  # an unindented line ends the frames: the exception
+            elif _EXCEPTION_LINE.match(body):
+                same.tb_done = True  # the first unindented line is the exception
                 self._extend(same, line_no, full, body)
-            return
-        if kind in ("cont", "original"):
-            if recent is None:
+            elif not blank:
+                self._join(same, line_no, full, body)  # the rest of a hard-wrapped frame line
+        elif kind in ("cont", "original"):
+            if recent is not None:
+                self._extend(recent, line_no, full, body)
+            else:
                 self._other(key)
-                return
-            recent.expect_original = kind == "original"
-            self._extend(recent, line_no, full, body)
-            return
-        if kind in ("field", "indent"):
-            entry = self.last if key == FILE and self.last is not None and self.last.kind == "entry" else same
-            if entry is not None and entry.kind == "entry":
-                self._extend(entry, line_no, full, body)
-                return
-        if kind in (None, "indent"):
-            if not body.strip():
-                return
-            if recent is not None and self._wraps(recent, line_no, body):
-                recent.join(line_no, full, body)
-                self.last = recent
-                return
-            self._other(key)
-            return
-        if kind == "field":
-            self._other(key)
-            return
-        if kind == "chain":
+        elif kind in ("field", "indent") and self._entry(key, same) is not None:
+            self._extend(self._entry(key, same), line_no, full, body)
+        elif kind in (None, "indent", "field"):
+            if not blank:
+                self.widest = max(self.widest, len(full))
+                self._other(key)
+        elif kind == "chain":
             self._close(key)
             self._other(key)
-            return
-        if kind in ("entry", "marker"):
-            key = SUMMARY
-        self._start(kind, key, line_no, full, body)
+        else:
+            self._start(kind, SUMMARY if kind in ("entry", "marker") else key, line_no, full, body)
+
+    def _split(self, full: str) -> tuple[str, str, str | None, tuple]:
+        """A line's launcher prefixes, its body and what the body starts
+        with; a log line glued to another program's text (a tqdm bar) is
+        cut out of it."""
+        while True:
+            pos, rank, local, pid, host, after_rank = 0, None, None, None, "", False
+            while True:
+                match = _OUTER.match(full, pos)
+                if match is None or match.end() == pos:
+                    break
+                pos = match.end()
+                if match.group("rank") is not None:
+                    rank, after_rank = int(match.group("rank")), True
+                elif match.group("local") is not None:
+                    local, after_rank = int(match.group("local")), False
+                else:
+                    pid, host, after_rank = int(match.group("pid")), match.group("ip") or host, False
+            if after_rank and full.startswith(" ", pos):
+                pos += 1  # Python's lines under `[rankN]: ` keep their own indentation
+            body = full[pos:]
+            head = _HEAD.match(body)
+            kind = head.lastgroup if head is not None else None
+            glued = _GLUED.search(body, 1) if kind is None else None
+            if glued is None:
+                return full, body, kind, self._key(rank, local, pid, host)
+            full = body[glued.start():]
+
+    def _entry(self, key, same):
+        """The failure-summary entry an indented line continues, if any."""
+        record = self.last if key == FILE and self.last is not None and self.last.kind == "entry" else same
+        return record if record is not None and record.kind == "entry" else None
 
     def _key(self, rank, local, pid, host) -> tuple:
         if rank is not None:
@@ -892,8 +1022,9 @@ class _Reader:
             key = ("pid", pid)
         else:
             return FILE
-        if host and key not in self.procs:
-            self._proc(key).host = host
+        if host:
+            proc = self._proc(key)
+            proc.host = proc.host or host
         if pid is not None:
             proc = self._proc(key)
             if proc.pid is None:
@@ -901,13 +1032,19 @@ class _Reader:
         return key
 
     def _start(self, kind, key, line_no, full, body) -> None:
+        self.widest = max(self.widest, len(full))
         self._close(key)
         record = _Pending(kind, key, line_no, full, body)
         self.open[key] = record
         self.last = record
 
     def _extend(self, record: _Pending, line_no, full, body) -> None:
+        self.widest = max(self.widest, len(full))
         record.add(line_no, full, body)
+        self.last = record
+
+    def _join(self, record: _Pending, line_no, full, body) -> None:
+        record.join(line_no, full, body)
         self.last = record
 
     def _other(self, key) -> None:
@@ -925,36 +1062,69 @@ class _Reader:
 
     def _wraps(self, record: _Pending, line_no: int, body: str) -> bool:
         """Whether a line without prefix is the hard-wrapped rest of the
-        record's last line: that line was long, and the record reads only
-        with the rest glued back (or leaves a bracket open)."""
-        if record.last_line != line_no - 1 or record.last_len < WRAP_MIN or record.dropped:
+        record's last line. A wrapped line is as long as the longest line
+        (wrapping caps them all) and the record reads better with the rest
+        glued back: a bracket closes, a cut shape goes on or completes, or
+        a known message appears that the cut hid."""
+        if (record.last_line != line_no - 1 or record.last_len < WRAP_MIN
+                or record.last_len < self.widest or record.dropped
+                or len(record.bodies[-1]) + len(body) > MAX_LINE):
             return False
         if _unbalanced(record.bodies[-1]):
             return True
-        if not isinstance(_template(_mask(record.text())), _Unreadable):
-            return False
-        joined = record.text() + body
-        return not isinstance(_template(_mask(joined)), _Unreadable)
+        if self.wrap_checks >= MAX_WRAP_CHECKS or (self.wrap_checks >= 500 and not self.wraps_found):
+            return False  # a file that is not hard-wrapped costs no more parses
+        text = record.text()
+        now = _template(_mask(text))
+        if not isinstance(now, _Unreadable) and _specific(now):
+            return False  # the message was read: the rest could add only free text
+        self.wrap_checks += 1
+        then = _template(_mask(text + body))
+        if isinstance(now, _Unreadable):
+            wraps = now.at_end and (not isinstance(then, _Unreadable) or then.at_end)
+        elif isinstance(then, _Unreadable):
+            wraps = then.at_end
+        else:
+            wraps = _specific(then) > _specific(now)
+        self.wraps_found += wraps
+        return wraps
 
     # -- records
     def _finish(self, record: _Pending) -> None:
-        text = record.text()
-        masked = _mask(text)
-        template = _template(masked)
+        text = _Text(record.text())
+        template = _template(text.masked)
         if record.dropped:
             self.facts.diag(record.numbers[0], f"record of {record.dropped + len(record.bodies)} lines: "
                                                f"the last {record.dropped} were read, not kept", "info")
         if isinstance(template, _Unreadable):
             self._unrecognized(record, template)
             return
-        _Apply(self, record, _Text(text), masked, template).run()
+        if len(template) == 1 and template[0].kind == "c10" and template[0].data[0] != "F":
+            # The common case: a c10 line that says nothing this reader uses.
+            proc = self._proc(record.key)
+            proc.records += 1
+            proc.c10 = True
+            if proc.evidence is None:
+                proc.evidence = record.evidence(self.display, 0)
+            return
+        try:
+            _Apply(self, record, text, template).run()
+        except Exception as exc:  # noqa: BLE001 - one record, not the file
+            self.facts.diag(record.numbers[0], f"could not use this record ({exc.__class__.__name__}): "
+                                               f"{record.fulls[0][:160]}", "error")
 
     def _unrecognized(self, record: _Pending, why: _Unreadable) -> None:
         self.facts.unrecognized += 1
         evidence = record.evidence(self.display, why.line)
         if self.listed < MAX_LISTED:
-            self.facts.diag(evidence.line, f"unrecognized {record.kind} record ({why.reason}): "
-                                           f"{evidence.text[:160]}")
+            index = min(why.line, len(record.bodies) - 1)
+            if why.column:
+                column = why.column + len(record.fulls[index]) - len(record.bodies[index])
+                where = f"unexpected text at column {column}"
+            else:
+                where = "the record ends too soon"
+            self.facts.diag(evidence.line, f"unrecognized {_KIND_NAMES.get(record.kind, record.kind)} "
+                                           f"({where}): {evidence.text[:160]}")
         self.listed += 1
         if record.kind == "c10" and record.key != SUMMARY:
             head = _HEAD.match(record.bodies[0])
@@ -1003,7 +1173,8 @@ class _Reader:
         procs = self._resolve()
         self._link_children(procs)
         facts = self.facts
-        for proc in procs:
+        self.stated: set = set()
+        for proc in sorted(procs, key=lambda p: p.rank is None and p.local_rank is None and p.pid is None):
             facts.records.append(self._record(proc))
         for child in sorted(self.children.values(), key=lambda c: (c.rank is None, c.rank, c.pid)):
             facts.records.append(self._child_record(child))
@@ -1033,7 +1204,7 @@ class _Reader:
         if loose is not None:
             if len(procs) == 1:
                 next(iter(procs.values())).absorb(loose)
-            elif not procs or loose.meaningful:
+            elif (not procs and loose.c10) or loose.meaningful:
                 procs[FILE] = loose
         for proc in procs.values():
             if proc.errors_dropped:
@@ -1070,11 +1241,15 @@ class _Reader:
 
     def _record(self, proc: _Proc) -> ProcessRecord:
         english, chinese = self._label(proc)
+        last_op, recent = proc.calls()
+        progress = proc.final_progress()
         seen = set()
+        anonymous = proc.rank is None and proc.local_rank is None and proc.pid is None
         for kind, detail, detail_zh, evidence in proc.stuck:
-            if (kind, detail) in seen:
+            if (kind, detail) in seen or (anonymous and (kind, detail) in self.stated):
                 continue
             seen.add((kind, detail))
+            self.stated.add((kind, detail))
             if self.stuck_count < MAX_STUCK:
                 self.facts.stuck.append(StuckSignal(kind, f"{english}: {detail}", evidence,
                                                     detail_zh=f"{chinese}：{detail_zh}"))
@@ -1082,8 +1257,8 @@ class _Reader:
                 self.facts.diag(0, f"more than {MAX_STUCK} stuck signals: the rest are not listed", "info")
             self.stuck_count += 1
         return ProcessRecord(SOURCE, self.display, host=proc.host, pid=proc.pid, rank=proc.rank,
-                             local_rank=proc.local_rank, last_op=proc.last_op, recent_ops=tuple(proc.recent),
-                             progress=dict(proc.progress), errors=tuple(proc.errors),
+                             local_rank=proc.local_rank, last_op=last_op, recent_ops=recent,
+                             progress=dict(progress), errors=tuple(proc.errors),
                              peers_in_errors=tuple(proc.peers), timed_out=proc.timed_out, alive=proc.alive,
                              exit_code=proc.exit_code, signal=proc.signal, evidence=proc.evidence)
 
@@ -1100,9 +1275,8 @@ class _Reader:
 class _Apply:
     """Applies one record's template to the reader's state."""
 
-    def __init__(self, reader: _Reader, record: _Pending, text: _Text, masked: str, template: tuple):
+    def __init__(self, reader: _Reader, record: _Pending, text: _Text, template: tuple):
         self.reader, self.record, self.text, self.template = reader, record, text, template
-        self.masked = masked
         self.display = reader.display
         self.desync: list[_Ev] = []
 
@@ -1136,7 +1310,7 @@ class _Apply:
             where = self.text.get(first.data[1])
             if where and any(name in where for name in _AGENT_LOGGERS):
                 return AGENT
-        if record.kind == "tb":
+        if record.kind in ("tb", "exc"):
             for ev in self.template:
                 if ev.kind == "exception":
                     name = self.text.get(ev.data[0])
@@ -1148,9 +1322,18 @@ class _Apply:
     def evidence(self, ev: _Ev) -> Evidence:
         return self.record.evidence(self.display, ev.at)
 
+    def line(self, ev: _Ev) -> int:
+        numbers = self.record.numbers
+        return numbers[min(max(ev.at, 0), len(numbers) - 1)]
+
     def group(self, ev: _Ev) -> str:
+        """The PG GUID of the message, else of the record (a desync report's
+        lines belong to the line they follow), else the default group."""
         if ev.pg is not None and ev.pg[0] is not None:
             return self.text.get(ev.pg[0]) or DEFAULT_GROUP
+        for other in self.template:
+            if other.pg is not None and other.pg[0] is not None:
+                return self.text.get(other.pg[0]) or DEFAULT_GROUP
         return DEFAULT_GROUP
 
     def has_guid(self, ev: _Ev) -> bool:
@@ -1191,6 +1374,7 @@ class _Apply:
 
     # -- events
     def on_c10(self, ev: _Ev) -> None:
+        self.proc.c10 = True
         if ev.data[0] == "F":
             self.proc.alive = False
             self.proc.signal = self.proc.signal or "SIGABRT"
@@ -1211,7 +1395,8 @@ class _Apply:
             return
         if proc.rank is None:
             proc.rank = rank
-        elif proc.rank != rank:
+        elif proc.rank != rank and not proc.rank_conflict:
+            proc.rank_conflict = True  # said once: lines of several processes share no prefix here
             self.reader.facts.diag(self.evidence(ev).line,
                                    f"the default group calls this process rank {rank}, "
                                    f"its other lines rank {proc.rank}")
@@ -1222,7 +1407,7 @@ class _Apply:
         if op is None:
             return
         proc = self.proc
-        proc.op(op, self.evidence(ev).line)
+        proc.op(op, self.line(ev))
         proc.guessed_group_op = proc.last_op if not self.has_guid(ev) else None
         proc.timed_out = True
         timeout = f"{op.timeout_ms}" if op.timeout_ms is not None else "?"
@@ -1241,13 +1426,14 @@ class _Apply:
         if (guessed is not None and self.has_guid(ev) and proc.last_op is guessed
                 and guessed.seq == seq and group != guessed.group):
             # The timeout line names no group; the watchdog's next line does.
-            proc.last_op = replace(guessed, group=group)
+            proc.set_last_op(replace(guessed, group=group))
         proc.guessed_group_op = None
 
     def on_progress(self, ev: _Ev) -> None:
-        enqueued, completed = (self.num(r) for r in ev.data)
-        self.proc.set_progress(self.group(ev), GroupProgress(enqueued=enqueued, completed=completed,
-                                                             evidence=self.evidence(ev)))
+        def build():
+            enqueued, completed = (self.num(r) for r in ev.data)
+            return GroupProgress(enqueued=enqueued, completed=completed, evidence=self.evidence(ev))
+        self.proc.lazy_progress(self.group(ev), build)
 
     def on_dump_signal(self, ev: _Ev) -> None:
         source, enqueued, completed = ev.data
@@ -1288,14 +1474,14 @@ class _Apply:
     def on_async_error(self, ev: _Ev) -> None:
         op = self.comm_op(ev.data[0], ev)
         if op is not None:
-            self.proc.op(op, self.evidence(ev).line)
+            self.proc.op(op, self.line(ev))
 
     def on_blocking_wait(self, ev: _Ev) -> None:
         op = self.comm_op(ev.data[0], ev)
         if op is None:
             return
         proc = self.proc
-        proc.op(op, self.evidence(ev).line)
+        proc.op(op, self.line(ev))
         proc.timed_out = True
         timeout = op.timeout_ms if op.timeout_ms is not None else "?"
         self.reader.stuck(proc, "op_past_timeout",
@@ -1306,12 +1492,13 @@ class _Apply:
         self.proc.peer(self.peer_rank(ev, ev.data[0]))
 
     def on_running(self, ev: _Ev) -> None:
-        op = self.comm_op(ev.data[0], ev)
-        if op is not None:
-            self.proc.op(op, self.evidence(ev).line)
+        if ev.data[0] is not None:
+            self.proc.lazy_op(lambda: self.comm_op(ev.data[0], ev), self.line(ev))
 
     def on_wrapper_barrier(self, ev: _Ev) -> None:
-        self.on_running(ev)
+        op = self.comm_op(ev.data[0], ev)
+        if op is not None:
+            self.proc.op(op, self.line(ev))
 
     def on_mismatch(self, ev: _Ev) -> None:
         """`Rank A is running X, but Rank B is running Y`: A is this rank;
@@ -1320,7 +1507,7 @@ class _Apply:
         op = self.comm_op(mine, ev)
         proc = self.proc
         if op is not None:
-            proc.op(op, self.evidence(ev).line)
+            proc.op(op, self.line(ev))
         own = self.num(me)
         peer = self.num(other)
         if proc.rank is not None and own is not None and own != proc.rank:
@@ -1367,9 +1554,6 @@ class _Apply:
         self.proc.error(self.evidence(ev))
 
     # -- desync report (TORCH_NCCL_DESYNC_DEBUG)
-    def on_rank_only(self, ev: _Ev) -> None:
-        pass
-
     def on_desync_timeout(self, ev: _Ev) -> None:
         self.desync.append(ev)
 
@@ -1494,4 +1678,4 @@ class _Apply:
 
     def line_of(self, at: int) -> Evidence:
         """The evidence for a position in the masked record."""
-        return self.record.evidence(self.display, self.masked.count("\n", 0, max(at, 0)))
+        return self.record.evidence(self.display, self.text.masked.count("\n", 0, max(at, 0)))
