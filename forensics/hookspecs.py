@@ -32,20 +32,23 @@ hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
 
 
-@hookspec(firstresult=True)
+@hookspec
 def forensics_sniff(path: str, head: bytes) -> str | None:
     """Claim a file: return the artifact kind your parser reads, or None.
 
     `head` is the first 64 KiB (already decompressed if the file is gzip).
-    The first plugin to answer wins; plugins registered later are asked
-    first, so a team's parser can take over a kind from a built-in one.
-    Sniff by content where you can: users name files anything.
+    Every parser that claims a file reads it: a launcher's console log holds
+    c10d lines and NCCL lines side by side, and each reader takes its own
+    (and counts the others as read, not as unrecognized). Sniff by content
+    where you can: users name files anything.
     """
 
 
 @hookspec(firstresult=True)
 def forensics_parse(artifact: "Artifact") -> "Facts | None":
     """Parse an artifact of a kind you claimed; return None for other kinds.
+    Plugins registered later are asked first, so a team's parser can take
+    over a kind from a built-in one.
 
     Raise `forensics.ingest.textio.InputError(path, message, line)` when the
     file cannot be read at all; record per-line problems as diagnostics on

@@ -88,6 +88,22 @@ class Plugins:
                     f"{hook_name} raised {exc.__class__.__name__}: {exc}", "error"))
         return results
 
+    def each(self, hook_name: str, **kwargs) -> list:
+        """Every implementation's non-None answer, newest registration first."""
+        answers = []
+        caller = getattr(self.pm.hook, hook_name)
+        for impl in reversed(caller.get_hookimpls()):
+            try:
+                out = impl.function(**{k: kwargs[k] for k in impl.argnames})
+            except Exception as exc:
+                self.diagnostics.append(Diagnostic(
+                    f"<plugin {impl.plugin_name}>", 0,
+                    f"{hook_name} raised {exc.__class__.__name__}: {exc}", "error"))
+                continue
+            if out is not None and out not in answers:
+                answers.append(out)
+        return answers
+
     def first(self, hook_name: str, **kwargs):
         """Call a firstresult hook, newest registration first, isolating failures."""
         caller = getattr(self.pm.hook, hook_name)

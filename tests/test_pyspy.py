@@ -542,8 +542,9 @@ def test_nothing_from_lark_escapes(tmp_path):
 def test_hooks_claim_and_parse_only_py_spy(tmp_path):
     plugins = Plugins(autoload=False, builtins=("forensics.ingest.pyspy",))
     path = FIXTURES / "headerless.txt"
-    kind = plugins.hook.forensics_sniff(path=str(path), head=read_head(str(path)))
-    assert kind == pyspy.KIND
+    kinds = plugins.hook.forensics_sniff(path=str(path), head=read_head(str(path)))
+    assert kinds == [pyspy.KIND]
+    kind = kinds[0]
     facts = plugins.hook.forensics_parse(artifact=Artifact(kind, str(path), "headerless.txt"))
     assert facts.kind == pyspy.KIND and facts.processes[0].threads
     facts = plugins.hook.forensics_parse(

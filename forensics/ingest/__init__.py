@@ -36,33 +36,35 @@ def discover(paths, plugins, full: bool = False) -> tuple[list[Artifact], list[D
                 for name in sorted(files):
                     path = os.path.join(folder, name)
                     display = os.path.relpath(path, root)
-                    kind, note = _sniff(path, display, plugins)
-                    if kind is None:
+                    kinds, note = _sniff(path, display, plugins)
+                    if not kinds:
                         diagnostics.append(Diagnostic(display, 0, note, "info"))
-                    else:
-                        artifacts.append(Artifact(kind, path, display, rank_from_path(display), full))
+                    artifacts.extend(Artifact(kind, path, display, rank_from_path(display), full)
+                                     for kind in kinds)
         else:
             display = root
-            kind, note = _sniff(root, display, plugins)
-            if kind is None:
+            kinds, note = _sniff(root, display, plugins)
+            if not kinds:
                 raise InputError(display, note)
-            artifacts.append(Artifact(kind, root, display, rank_from_path(display), full))
+            artifacts.extend(Artifact(kind, root, display, rank_from_path(display), full) for kind in kinds)
     return artifacts, diagnostics
 
 
-def _sniff(path: str, display: str, plugins) -> tuple[str | None, str]:
+def _sniff(path: str, display: str, plugins) -> tuple[list[str], str]:
+    """The kinds of every parser that claims the file (a console log can hold
+    c10d and NCCL lines both), or none and why."""
     try:
         head = read_head(path)
     except InputError as exc:
-        return None, exc.message
+        return [], exc.message
     if not head:
-        return None, "empty file"
-    kind = plugins.first("forensics_sniff", path=path, head=head)
-    if kind is not None:
-        return kind, ""
+        return [], "empty file"
+    kinds = plugins.each("forensics_sniff", path=path, head=head)
+    if kinds:
+        return kinds, ""
     if looks_binary(head):
-        return None, "binary file, not a recognized artifact: skipped"
-    return None, "not a recognized artifact: skipped"
+        return [], "binary file, not a recognized artifact: skipped"
+    return [], "not a recognized artifact: skipped"
 
 
 PARALLEL_MIN = 64  # below this many files, worker start-up costs more than it saves

@@ -1,0 +1,49 @@
+"""Logs alone, and logs beside stack dumps, through the whole pipeline."""
+
+import json
+import sys
+from pathlib import Path
+
+from conftest import CORPUS
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+from gen_nccl_logs import generate  # noqa: E402
+
+
+def test_nccl_logs_alone_name_the_rank_that_did_not_join(run_cli, tmp_path):
+    truth = generate(str(tmp_path / "logs"), ranks=8, size=256 << 10, stop_rank=5, stop_at=0.6,
+                     per_rank_files=True)
+    result = run_cli("analyze", tmp_path / "logs", "--hung", "-f", "json")
+    report = json.loads(result.stdout)
+    assert report["verdict"] == "missing_rank", report["root_cause"]["narrative"]
+    assert report["culprit_ranks"] == [5]
+    world = truth["ranks"][0]["world"]
+    assert report["ranks"]["5"]["group"] == world
+    assert report["ranks"]["5"]["seq"] == truth["ranks"][5]["world_last"]
+    assert report["ranks"]["1"]["waiting_for"] == [5]
+    # Without --hung it is progress in one snapshot, but the lagging rank is named.
+    calm = json.loads(run_cli("analyze", tmp_path / "logs", "-f", "json").stdout)
+    assert calm["verdict"] == "healthy"
+    assert [f["ranks"] for f in calm["findings"] if f["rule"] == "waiting-on-progressing-rank"] == [[5]]
+
+
+def test_a_dump_named_nothing_is_placed_by_the_pid_in_nccl_init_lines(run_cli, tmp_path):
+    truth = generate(str(tmp_path / "logs"), ranks=8, size=64 << 10, stop_rank=None, per_rank_files=True)
+    pid = truth["ranks"][6]["pid"]
+    template = (CORPUS / "real_missing_rank_dataloader" / "rank2.pyspy.txt").read_text()
+    old_pid = template.split()[1].rstrip(":")
+    (tmp_path / "logs" / "stacks-after-10min.txt").write_text(template.replace(old_pid, str(pid)))
+    report = json.loads(run_cli("analyze", tmp_path / "logs", "-f", "json").stdout)
+    assert report["unattributed"] == []
+    assert report["ranks"]["6"]["state"] == "data_loading"
+    assert "load_next_batch" in report["ranks"]["6"]["why"]
+
+
+def test_torchrun_summary_maps_pids_of_unnamed_dumps(run_cli, tmp_path):
+    incident = CORPUS / "real_p2p_cycle_2"
+    (tmp_path / "torchrun.log").write_text((incident / "torchrun.log").read_text())
+    (tmp_path / "dump_a.txt").write_text((incident / "rank0.locals.txt").read_text())
+    (tmp_path / "dump_b.txt").write_text((incident / "rank1.locals.txt").read_text())
+    report = json.loads(run_cli("analyze", tmp_path, "-f", "json").stdout)
+    assert report["unattributed"] == []
+    assert report["verdict"] == "deadlock" and report["cycles"] == [[0, 1, 0]]
