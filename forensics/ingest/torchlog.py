@@ -87,10 +87,12 @@ MAX_RECORD_CHARS = 256 * 1024
 MAX_LISTED = 50              # unrecognized records listed one by one per file
 MAX_ERRORS = 64              # error lines kept per process
 MAX_STUCK = 200              # stuck signals per file
+MAX_CLAIMS = 4               # distinct claims kept about one rank
 RECENT_OPS = 3
 WRAP_MIN = 60                # a hard-wrapped line is at least this long
 MAX_WRAP_CHECKS = 20_000     # parses spent per file on telling wraps from other output
 EVIDENCE_CHARS = 2000
+MAX_GLUED = 8                # log lines looked for inside one line of other output
 
 # ---------------------------------------------------------------- sniffing
 
@@ -691,7 +693,7 @@ class _Proc:
 
     __slots__ = ("key", "rank", "local_rank", "pid", "host", "ops", "progress", "pending_progress",
                  "errors", "error_lines", "errors_dropped", "peers", "timed_out", "alive", "exit_code",
-                 "signal", "evidence", "stuck", "guessed_group_op", "records", "meaningful", "c10",
+                 "signal", "evidence", "stuck", "guessed_group_op", "meaningful", "c10",
                  "rank_conflict")
 
     def __init__(self, key):
@@ -717,7 +719,6 @@ class _Proc:
         self.evidence: Evidence | None = None
         self.stuck: list[tuple] = []  # (kind, english, chinese, evidence), labelled at the end
         self.guessed_group_op: CommOp | None = None
-        self.records = 0
         self.meaningful = False
         self.c10 = False
         self.rank_conflict = False
@@ -827,7 +828,6 @@ class _Proc:
         for rank in other.peers:
             self.peer(rank)
         self.stuck.extend(other.stuck)
-        self.records += other.records
         self.meaningful = self.meaningful or other.meaningful
         self.c10 = self.c10 or other.c10
 
@@ -869,14 +869,13 @@ def _line(progress: GroupProgress) -> int:
 class _Child:
     """A worker as its launcher reports it."""
 
-    __slots__ = ("pid", "rank", "local_rank", "host", "exit_code", "signal", "root_cause",
+    __slots__ = ("pid", "rank", "local_rank", "host", "exit_code", "signal",
                  "errors", "evidence", "rank_evidence")
 
     def __init__(self, pid):
         self.pid = pid
         self.rank = self.local_rank = self.exit_code = None
         self.host = self.signal = ""
-        self.root_cause = False
         self.errors: list[Evidence] = []
         self.evidence = self.rank_evidence = None
 
@@ -906,7 +905,7 @@ class _Reader:
         self.procs: dict[tuple, _Proc] = {}
         self.aliases: dict[tuple, tuple] = {}
         self.children: dict[int, _Child] = {}
-        self.claims: dict[tuple, ProcessRecord] = {}
+        self.claims: dict[int, dict[tuple, ProcessRecord]] = {}
         self.groups: dict[str, str] = {}
         self.root_cause: Evidence | None = None
         self.listed = 0
@@ -980,8 +979,8 @@ class _Reader:
     def _split(self, full: str) -> tuple[str, str, str | None, tuple]:
         """A line's launcher prefixes, its body and what the body starts
         with; a log line glued to another program's text (a tqdm bar) is
-        cut out of it."""
-        while True:
+        cut out of it (a few times per line: junk full of prefixes costs no more)."""
+        for attempt in range(MAX_GLUED):
             pos, rank, local, pid, host, after_rank = 0, None, None, None, "", False
             while True:
                 match = _OUTER.match(full, pos)
@@ -999,10 +998,11 @@ class _Reader:
             body = full[pos:]
             head = _HEAD.match(body)
             kind = head.lastgroup if head is not None else None
-            glued = _GLUED.search(body, 1) if kind is None else None
+            glued = _GLUED.search(body, 1) if kind is None and attempt < MAX_GLUED - 1 else None
             if glued is None:
-                return full, body, kind, self._key(rank, local, pid, host)
+                break
             full = body[glued.start():]
+        return full, body, kind, self._key(rank, local, pid, host)
 
     def _entry(self, key, same):
         """The failure-summary entry an indented line continues, if any."""
@@ -1102,7 +1102,6 @@ class _Reader:
         if len(template) == 1 and template[0].kind == "c10" and template[0].data[0] != "F":
             # The common case: a c10 line that says nothing this reader uses.
             proc = self._proc(record.key)
-            proc.records += 1
             proc.c10 = True
             if proc.evidence is None:
                 proc.evidence = record.evidence(self.display, 0)
@@ -1149,16 +1148,20 @@ class _Reader:
 
     def claim(self, rank: int | None, evidence: Evidence, last_op: CommOp | None = None,
               progress: dict | None = None) -> None:
-        """What this file says about another rank: a peer claim."""
+        """What this file says about another rank: a peer claim. The same
+        claim made again (by the same message printed twice, or by several
+        ranks) is kept once; a rank keeps its latest few."""
         if rank is None or rank < 0:
             return
-        key = (rank, None if last_op is None else (last_op.op, last_op.group, last_op.seq, last_op.state),
+        key = (None if last_op is None else (last_op.op, last_op.group, last_op.seq, last_op.state),
                tuple(sorted((g, p.started, p.completed) for g, p in (progress or {}).items())))
-        known = self.claims.get(key)
-        if known is not None:
+        kept = self.claims.setdefault(rank, {})
+        if key in kept:
             return
-        self.claims[key] = ProcessRecord(PEER_CLAIM, self.display, rank=rank, last_op=last_op,
-                                         progress=progress or {}, errors=(evidence,), evidence=evidence)
+        if len(kept) >= MAX_CLAIMS:
+            del kept[next(iter(kept))]
+        kept[key] = ProcessRecord(PEER_CLAIM, self.display, rank=rank, last_op=last_op,
+                                  progress=progress or {}, errors=(evidence,), evidence=evidence)
 
     def stuck(self, proc: _Proc, kind: str, english: str, chinese: str, evidence: Evidence) -> None:
         proc.meaningful = True
@@ -1180,7 +1183,8 @@ class _Reader:
             facts.records.append(self._child_record(child))
             if child.rank is not None:
                 facts.pid_ranks.append((child.host, child.pid, child.rank, child.rank_evidence or child.evidence))
-        facts.records.extend(self.claims.values())
+        for rank in sorted(self.claims):
+            facts.records.extend(self.claims[rank].values())
         for guid, desc in self.groups.items():
             facts.groups.append(ProcessGroup(guid, desc, ()))
         if not facts.records:
@@ -1287,7 +1291,6 @@ class _Apply:
         else:
             owner = self._owner()
             self.proc = reader._proc(owner)
-            self.proc.records += 1
             if self.proc.evidence is None and owner != AGENT:
                 self.proc.evidence = record.evidence(self.display, 0)
         for ev in self.template:
@@ -1654,8 +1657,7 @@ class _Apply:
         header = self.record.evidence(self.display, 0)
         child.evidence = header
         root, self.reader.root_cause = self.reader.root_cause, None
-        if root is not None:
-            child.root_cause = True
+        if root is not None:  # torchelastic's root cause: its marker line joins the entry's errors
             child.error(root)
         child.exit_code = self.num(exitcode[2])
         if exitcode[4]:
