@@ -100,20 +100,39 @@ def _parse_chunk(chunk):
         gc.enable()
 
 
+BIG_FILE = 64 << 20  # a file this big is worth a worker of its own
+
+
 def _parse_all(artifacts, plugins, jobs: int):
     spec = plugins.clone_spec()
-    if jobs <= 1 or len(artifacts) < PARALLEL_MIN or spec is None:
+    sizes = [file_size(a.path) for a in artifacts]
+    big = sum(1 for size in sizes if size >= BIG_FILE)
+    if jobs <= 1 or spec is None or (len(artifacts) < PARALLEL_MIN and big < 2):
         return [_parse_one(a, plugins) for a in artifacts]
     import concurrent.futures
     import multiprocessing
 
-    chunks = [artifacts[i:i + CHUNK] for i in range(0, len(artifacts), CHUNK)]
-    results = []
+    # Big files go one per task so two workers share them evenly; the many
+    # small ones travel in chunks to keep the pickling overhead low.
+    chunks, current = [], []
+    for artifact, size in zip(artifacts, sizes):
+        if size >= BIG_FILE:
+            chunks.append([artifact])
+            continue
+        current.append(artifact)
+        if len(current) == CHUNK:
+            chunks.append(current)
+            current = []
+    if current:
+        chunks.append(current)
+    order = {id(a): i for i, a in enumerate(artifacts)}
+    results: list = [None] * len(artifacts)
     context = multiprocessing.get_context("fork" if hasattr(os, "fork") else "spawn")
     with concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=context,
                                                 initializer=_worker_init, initargs=(spec,)) as pool:
-        for parsed, worker_diagnostics in pool.map(_parse_chunk, chunks):
-            results.extend(parsed)
+        for chunk, (parsed, worker_diagnostics) in zip(chunks, pool.map(_parse_chunk, chunks)):
+            for artifact, result in zip(chunk, parsed):
+                results[order[id(artifact)]] = result
             plugins.diagnostics.extend(d for d in worker_diagnostics if d not in plugins.diagnostics)
     return results
 

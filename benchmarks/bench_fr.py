@@ -1,0 +1,375 @@
+"""Flight Recorder dumps: forensics next to PyTorch's own analyzer.
+
+For each scale (`--ranks 64 1024 8192`) and scenario (see gen_fr_dumps.py)
+this writes one dump per rank and runs, one after the other on the same
+folder:
+
+1. `python -m forensics analyze DIR -f json --hung` (the repo's package), and
+2. `python -m torch.distributed.flight_recorder.fr_trace DIR -p nccl_trace_rank_`
+   from the venv /opt/trainenv (torch 2.13 CPU),
+
+and prints the wall time and peak RSS of each (from `wait4`, so per run and
+including the worker processes it reaped), what each concluded, and whether
+they agree. Then, at the smallest scale, what each does with file names
+users really have (`host07_nccl_trace_rank_3`, `fr_dump.5`), with JSON dumps,
+and with a cross-group cycle.
+
+The analyzer holds every entry of every rank in memory (tens of GB at 8,192
+ranks x 2,000 entries), so both tools run under an address-space cap
+(`--mem-gb`, default 8) and a time cap (`--timeout`): "did not finish in N s"
+and MemoryError are results, reported as such.
+
+If forensics does not register the Flight Recorder reader as a built-in
+plugin yet, the forensics run goes through a two-line shim that adds it
+(printed with the command); the engine may also still be learning what to do
+with Flight Recorder-only input. Both are reported, not fixed, here.
+
+    python benchmarks/bench_fr.py --ranks 64 1024
+    python benchmarks/bench_fr.py --ranks 8192 --scenarios missing --timeout 300
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+
+import gen_fr_dumps  # noqa: E402
+
+TRAINENV = "/opt/trainenv"
+TORCH_PIN = "torch==2.13.0"
+PLUGIN = "forensics.ingest.flightrecorder"
+SHIM = (
+    "import sys, forensics.plugins as p\n"
+    f"name = {PLUGIN!r}\n"
+    "if name not in p.BUILTIN_PLUGINS:\n"
+    "    d = p.Plugins.__init__.__defaults__\n"
+    "    p.Plugins.__init__.__defaults__ = d[:-1] + (d[-1] + (name,),)\n"
+    "from forensics.cli import main\n"
+    "sys.exit(main(sys.argv[1:]))\n"
+)
+EXPECTED = {
+    "healthy": ("no hang", []),
+    "missing": ("missing_rank", "culprit"),
+    "mismatch": ("collective_mismatch", "culprit"),
+    "cycle": ("deadlock", "all"),
+}
+
+
+@dataclass
+class Run:
+    command: list
+    seconds: float = 0.0
+    cpu: float = 0.0  # user + system seconds of the child and the workers it reaped
+    peak_mb: float = 0.0
+    exit_code: int | None = None
+    timed_out: bool = False
+    stdout: str = ""
+    stderr: str = ""
+
+
+@dataclass
+class Verdict:
+    verdict: str
+    culprits: list = field(default_factory=list)
+    detail: str = ""
+
+
+# ---------------------------------------------------------------- running a child
+
+def run(command: list, timeout: float, mem_gb: float, cwd: str | None = None, env=None) -> Run:
+    """Run `command`, capped in time and address space; wall time and peak
+    RSS (KiB from wait4: the child and every process it reaped)."""
+    limit = int(mem_gb * (1 << 30))
+
+    def cap():
+        os.setsid()
+        if limit > 0:
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    result = Run(command)
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        start = time.monotonic()
+        proc = subprocess.Popen(command, stdout=out, stderr=err, cwd=cwd, env=env, preexec_fn=cap)
+        deadline = start + timeout
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.monotonic() > deadline:
+                result.timed_out = True
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)  # the child's own session: it and its workers
+                except ProcessLookupError:
+                    pass
+                pid, status, usage = os.wait4(proc.pid, 0)
+                break
+            time.sleep(0.05)
+        result.seconds = time.monotonic() - start
+        proc.returncode = result.exit_code = os.waitstatus_to_exitcode(status)
+        result.peak_mb = usage.ru_maxrss / 1024
+        result.cpu = usage.ru_utime + usage.ru_stime
+        out.seek(0)
+        err.seek(0)
+        result.stdout = out.read().decode("utf-8", "replace")
+        result.stderr = err.read().decode("utf-8", "replace")
+    return result
+
+
+def forensics_command(folder: str, hung: bool = True) -> tuple[list, str]:
+    sys.path.insert(0, REPO)
+    from forensics import plugins as registry
+    args = ["analyze", folder, "-f", "json"] + (["--hung"] if hung else [])
+    shown = " ".join(["analyze", os.path.basename(folder)] + args[2:])
+    if PLUGIN in registry.BUILTIN_PLUGINS:
+        return [sys.executable, "-m", "forensics", *args], f"python -m forensics {shown}"
+    return ([sys.executable, "-c", SHIM, *args],
+            f"python -c <shim: forensics with {PLUGIN} registered> {shown}")
+
+
+def analyzer_command(folder: str, prefix: str | None = "nccl_trace_rank_", extra=()) -> list:
+    command = [os.path.join(TRAINENV, "bin", "python"), "-m", "torch.distributed.flight_recorder.fr_trace", folder]
+    if prefix is not None:
+        command += ["-p", prefix]
+    return command + list(extra)
+
+
+def ensure_trainenv() -> str:
+    """The analyzer's venv. Created only when it does not exist at all."""
+    python = os.path.join(TRAINENV, "bin", "python")
+    if not os.path.exists(TRAINENV):
+        print(f"creating {TRAINENV} with {TORCH_PIN} (CPU) ...", file=sys.stderr)
+        subprocess.run(["python3", "-m", "venv", TRAINENV], check=True)
+        subprocess.run([os.path.join(TRAINENV, "bin", "pip"), "install", TORCH_PIN], check=True)
+    probe = subprocess.run([python, "-c", "import torch; print(torch.__version__)"],
+                           capture_output=True, text=True)
+    if probe.returncode != 0:
+        return ""
+    return probe.stdout.strip()
+
+
+# ---------------------------------------------------------------- reading their answers
+
+def ours(result: Run) -> Verdict:
+    if result.timed_out:
+        return Verdict("did not finish", detail=f"in {result.seconds:.0f} s")
+    try:
+        report = json.loads(result.stdout)
+    except ValueError:
+        last = (result.stderr.strip().splitlines() or ["no output"])[-1]
+        return Verdict("failed", detail=f"exit {result.exit_code}: {last[:300]}")
+    cycles = report.get("cycles") or []
+    detail = f"cycles {cycles[:3]}" if cycles else ""
+    return Verdict(report.get("verdict", "?"), sorted(report.get("culprit_ranks") or []), detail)
+
+
+_MISSING = re.compile(r"Not all ranks joining collective, sequence number: (\d+)")
+_ERRORS = re.compile(r"Collective sequence number: (\d+) has errors")
+_MISSING_RANKS = re.compile(r"^missing ranks: \{([\d, ]*)\}", re.M)
+_CULPRIT = re.compile(r"Culprit rank (\d+); Error type: (\w+)")
+_GROUP = re.compile(r"^group info: (.*)$", re.M)
+
+
+def analyzer(result: Run) -> Verdict:
+    text = result.stdout + "\n" + result.stderr
+    if result.timed_out:
+        return Verdict("did not finish", detail=f"in {result.seconds:.0f} s")
+    if result.exit_code not in (0, None):
+        lines = [l for l in result.stderr.strip().splitlines() if l.strip()]
+        error = next((l for l in reversed(lines) if re.match(r"^\w*(Error|Exception)\b", l.strip())),
+                     lines[-1] if lines else "")
+        if result.exit_code < 0:
+            error = f"killed by signal {-result.exit_code} {error}".strip()
+        return Verdict("failed", detail=f"exit {result.exit_code}: {error[:300]}")
+    blocks = re.split(r"(?=^Not all ranks joining collective|^Collective sequence number: )", text, flags=re.M)
+    missing: list[tuple[str, str, list]] = []
+    culprits: dict[int, str] = {}
+    for block in blocks:
+        seq = _MISSING.search(block)
+        group = _GROUP.search(block)
+        if seq:
+            ranks = _MISSING_RANKS.search(block)
+            found = sorted(int(r) for r in ranks.group(1).split(",") if r.strip()) if ranks else []
+            missing.append((seq.group(1), group.group(1) if group else "?", found))
+        if _ERRORS.search(block):
+            for rank, kind in _CULPRIT.findall(block):
+                culprits[int(rank)] = kind
+    if culprits:
+        kinds = sorted(set(culprits.values()))
+        verdict = "collective_mismatch" if any("TYPE" in k for k in kinds) else "mismatch (" + ", ".join(kinds) + ")"
+        return Verdict(verdict, sorted(culprits), f"error types {kinds}")
+    if missing:
+        union = sorted({r for _, _, ranks in missing for r in ranks})
+        detail = "; ".join(f"#{seq} on {group}: missing {_ranks(ranks)}" for seq, group, ranks in missing[:4])
+        return Verdict("missing_rank", union, detail + (f" (+{len(missing) - 4} more)" if len(missing) > 4 else ""))
+    return Verdict("no errors found")
+
+
+def _ranks(ranks: list) -> str:
+    return str(ranks) if len(ranks) <= 6 else f"[{ranks[0]}, {ranks[1]}, ... {ranks[-1]}] ({len(ranks)} ranks)"
+
+
+def expected(scenario: str, world: int, culprit: int) -> Verdict:
+    verdict, who = EXPECTED[scenario]
+    ranks = [culprit] if who == "culprit" else list(range(world)) if who == "all" else []
+    return Verdict(verdict, ranks)
+
+
+def agrees(a: Verdict, b: Verdict) -> bool:
+    healthy = {"no errors found", "no hang", "no_hang", "healthy", "ok", "none", "inconclusive"}
+    if a.verdict in healthy and b.verdict in healthy:
+        return True
+    return a.verdict == b.verdict and a.culprits == b.culprits
+
+
+# ---------------------------------------------------------------- the benchmark
+
+def show(label: str, result: Run, verdict: Verdict, how: str = "") -> None:
+    state = "TIMEOUT" if result.timed_out else f"exit {result.exit_code}"
+    print(f"  {label:<10} {result.seconds:8.1f} s  (CPU {result.cpu:7.1f} s)  peak RSS {result.peak_mb:7.0f} MiB  "
+          f"{state:<8}  "
+          f"verdict {verdict.verdict} culprits {_ranks(verdict.culprits)}"
+          + (f"  [{verdict.detail}]" if verdict.detail else ""))
+    if how:
+        print(f"             command: {how}")
+
+
+def scale(world: int, scenarios, args, work: str, rows: list) -> None:
+    for scenario in scenarios:
+        folder = os.path.join(work, f"{scenario}_{world}")
+        shutil.rmtree(folder, ignore_errors=True)
+        started = time.monotonic()
+        gen_fr_dumps.write(folder, scenario, world, args.entries, args.culprit)
+        made = time.monotonic() - started
+        print(f"\n== {world} ranks, scenario {scenario}: {world} dumps x {args.entries} entries "
+              f"({_size(folder)}, written in {made:.1f} s)")
+        command, how = forensics_command(folder, hung=scenario != "healthy")
+        mine = run(command, args.ours_timeout, args.mem_gb, cwd=REPO)
+        ours_verdict = ours(mine)
+        show("forensics", mine, ours_verdict, how)
+        if args.no_analyzer:
+            theirs, their_verdict = None, Verdict("not run")
+        else:
+            theirs = run(analyzer_command(folder), args.timeout, args.mem_gb)
+            their_verdict = analyzer(theirs)
+            show("fr_trace", theirs, their_verdict, " ".join(analyzer_command(os.path.basename(folder))))
+        truth = expected(scenario, world, args.culprit)
+        print(f"  expected   {truth.verdict} culprits {_ranks(truth.culprits)}")
+        agreement = ("analyzer not run" if theirs is None else
+                     "AGREE" if agrees(ours_verdict, their_verdict) else "DISAGREE")
+        print(f"  => {agreement}; forensics {'right' if agrees(ours_verdict, truth) else 'WRONG'}, "
+              f"fr_trace {'-' if theirs is None else 'right' if agrees(their_verdict, truth) else 'WRONG'}")
+        rows.append((world, scenario, mine, ours_verdict, theirs, their_verdict, agreement))
+        if not args.keep:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def extras(world: int, args, work: str) -> None:
+    """File names users have, JSON dumps: what each tool does with them."""
+    print(f"\n== extra cases at {world} ranks (scenario missing, culprit {args.culprit})")
+    folder = os.path.join(work, f"mixed_names_{world}")
+    shutil.rmtree(folder, ignore_errors=True)
+
+    def mixed(rank: int) -> str:
+        names = (f"nccl_trace_rank_{rank}", f"host{rank // 8:02d}_nccl_trace_rank_{rank}", f"fr_dump.{rank}")
+        return names[rank % 3]
+
+    gen_fr_dumps.write(folder, "missing", world, args.entries, args.culprit, names=mixed)
+    print(f"-- mixed file names: nccl_trace_rank_0, host00_nccl_trace_rank_1, fr_dump.2, ...")
+    command, how = forensics_command(folder)
+    result = run(command, args.ours_timeout, args.mem_gb, cwd=REPO)
+    show("forensics", result, ours(result), how)
+    if not args.no_analyzer:
+        tries = (("nccl_trace_rank_", ()), (None, ()), ("nccl_trace_rank_", ("--allow-incomplete-ranks",)))
+        for prefix, extra in tries:
+            command = analyzer_command(folder, prefix, extra)
+            result = run(command, args.timeout, args.mem_gb)
+            show("fr_trace", result, analyzer(result), " ".join(analyzer_command("DIR", prefix, extra)))
+    shutil.rmtree(folder, ignore_errors=True)
+
+    folder = os.path.join(work, f"json_{world}")
+    shutil.rmtree(folder, ignore_errors=True)
+    gen_fr_dumps.write(folder, "missing", world, args.entries, args.culprit, json_form=True)
+    print(f"-- JSON dumps (_dump_fr_trace_json shape): rank0.fr.json ...")
+    command, how = forensics_command(folder)
+    result = run(command, args.ours_timeout, args.mem_gb, cwd=REPO)
+    show("forensics", result, ours(result), how)
+    if not args.no_analyzer:
+        for prefix in ("rank", None):
+            command = analyzer_command(folder, prefix)
+            result = run(command, args.timeout, args.mem_gb)
+            show("fr_trace", result, analyzer(result), " ".join(analyzer_command("DIR", prefix)))
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _size(folder: str) -> str:
+    total = sum(os.path.getsize(os.path.join(folder, f)) for f in os.listdir(folder))
+    return f"{total / (1 << 20):.0f} MiB"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ranks", type=int, nargs="+", default=[64, 1024],
+                        help="world sizes to run (64 1024 8192); default 64 1024")
+    parser.add_argument("--scenarios", nargs="+", choices=gen_fr_dumps.SCENARIOS,
+                        default=list(gen_fr_dumps.SCENARIOS))
+    parser.add_argument("--entries", type=int, default=2000)
+    parser.add_argument("--culprit", type=int, default=1)
+    parser.add_argument("--timeout", type=float, default=300, help="cap on the analyzer, seconds")
+    parser.add_argument("--ours-timeout", type=float, default=900, help="cap on forensics, seconds")
+    parser.add_argument("--mem-gb", type=float, default=8, help="address-space cap per tool (0: none)")
+    parser.add_argument("--work", default="", help="where to write the dumps (default: a temp folder)")
+    parser.add_argument("--keep", action="store_true", help="keep the dumps")
+    parser.add_argument("--no-extras", action="store_true", help="skip the mixed-names and JSON cases")
+    parser.add_argument("--no-analyzer", action="store_true", help="run forensics only")
+    args = parser.parse_args(argv)
+
+    if not args.no_analyzer:
+        version = ensure_trainenv()
+        if not version:
+            print(f"{TRAINENV} has no importable torch: the analyzer is skipped", file=sys.stderr)
+            args.no_analyzer = True
+        else:
+            print(f"analyzer: torch {version} in {TRAINENV}")
+    work = args.work or tempfile.mkdtemp(prefix="fr_bench_")
+    os.makedirs(work, exist_ok=True)
+    print(f"dumps in {work}; caps: analyzer {args.timeout:.0f} s, forensics {args.ours_timeout:.0f} s, "
+          f"{args.mem_gb:g} GiB address space each; {os.cpu_count()} CPUs")
+    rows: list = []
+    try:
+        for world in args.ranks:
+            scale(world, args.scenarios, args, work, rows)
+        if not args.no_extras:
+            extras(min(args.ranks), args, work)
+    finally:
+        if not args.keep and not args.work:
+            shutil.rmtree(work, ignore_errors=True)
+
+    print("\n== summary")
+    print(f"{'ranks':>6} {'scenario':<9} {'forensics s':>11} {'CPU s':>7} {'MiB':>6} {'verdict':<22} "
+          f"{'fr_trace s':>10} {'CPU s':>7} {'MiB':>6} {'verdict':<26} agreement")
+    for world, scenario, mine, ours_verdict, theirs, their_verdict, agreement in rows:
+        their_time = f"{theirs.seconds:10.1f} {theirs.cpu:7.1f}" if theirs else f"{'-':>10} {'-':>7}"
+        their_mem = f"{theirs.peak_mb:6.0f}" if theirs else f"{'-':>6}"
+        print(f"{world:>6} {scenario:<9} {mine.seconds:11.1f} {mine.cpu:7.1f} {mine.peak_mb:6.0f} "
+              f"{(ours_verdict.verdict + ' ' + _ranks(ours_verdict.culprits))[:22]:<22} "
+              f"{their_time} {their_mem} {(their_verdict.verdict + ' ' + _ranks(their_verdict.culprits))[:26]:<26} "
+              f"{agreement}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
