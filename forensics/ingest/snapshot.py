@@ -55,8 +55,11 @@ _ACTIVITY_WORDS = {
 _OP_STATES = {"scheduled", "started", "completed"}
 
 
+_SNIFF_LITERALS = (b"current_op", b"waiting_for_ranks", b"op_seq", b"forensics.snapshot/")
+
+
 def sniff(path: str, head: bytes) -> bool:
-    if looks_binary(head):
+    if not any(literal in head for literal in _SNIFF_LITERALS) or looks_binary(head):
         return False
     stripped = head.lstrip()
     if not stripped:

@@ -113,9 +113,20 @@ _SNIFF = re.compile(
     re.M)
 
 
+# Every alternative of _SNIFF needs one of these: a C-speed pre-check rules
+# out most files (each stack dump of a 10,000-rank collection) before the
+# multi-line regex runs, which cost 2.5 ms per 64 KiB head.
+_SNIFF_LITERALS = (b"torch.distributed.", b"ChildFailedError", b"Root Cause", b"Detected mismatch",
+                   b"monitoredBarrier", b"Timed out waiting")
+_SNIFF_PREFIXES = re.compile(rb"[FEWIV]\d{3,4} \d\d:\d\d:\d\d\.\d{6}|\.(?:cpp|cc|h|hpp|cu|cxx):\d+\] ")
+
+
 def sniff(path: str, head: bytes) -> bool:
     """c10 log prefixes, torchelastic's logging and failure summary, or the
     exceptions c10d raises. NCCL_DEBUG lines alone are the NCCL reader's."""
+    if not (any(literal in head for literal in _SNIFF_LITERALS)
+            or (b"] " in head and _SNIFF_PREFIXES.search(head))):  # both prefix forms end in "] "
+        return False
     if looks_binary(head):
         return False
     if b"\x1b" in head:
