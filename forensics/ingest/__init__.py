@@ -18,7 +18,7 @@ __all__ = ["InputError", "discover", "load_incident", "merge", "rank_from_path"]
 _SKIP_DIRS = {".git", "__pycache__", ".hg", ".svn"}
 
 
-def discover(paths, plugins, full: bool = False) -> tuple[list[Artifact], list[Diagnostic]]:
+def discover(paths, plugins, full: bool = False, jobs: int = 1) -> tuple[list[Artifact], list[Diagnostic]]:
     """Find the artifacts under `paths` and ask the parsers which kind each is.
 
     A path that does not exist, or a file named explicitly that no parser
@@ -31,16 +31,16 @@ def discover(paths, plugins, full: bool = False) -> tuple[list[Artifact], list[D
         if not os.path.exists(root):
             raise InputError(root, "no such file or directory")
         if os.path.isdir(root):
+            found = []
             for folder, dirs, files in os.walk(root):
                 dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS)
-                for name in sorted(files):
-                    path = os.path.join(folder, name)
-                    display = os.path.relpath(path, root)
-                    kinds, note = _sniff(path, display, plugins)
-                    if not kinds:
-                        diagnostics.append(Diagnostic(display, 0, note, "info"))
-                    artifacts.extend(Artifact(kind, path, display, rank_from_path(display), full)
-                                     for kind in kinds)
+                found.extend(os.path.join(folder, name) for name in sorted(files))
+            for path, (kinds, note) in zip(found, _sniff_all(found, plugins, jobs)):
+                display = os.path.relpath(path, root)
+                if not kinds:
+                    diagnostics.append(Diagnostic(display, 0, note, "info"))
+                artifacts.extend(Artifact(kind, path, display, rank_from_path(display), full)
+                                 for kind in kinds)
         else:
             display = root
             kinds, note = _sniff(root, display, plugins)
@@ -48,6 +48,33 @@ def discover(paths, plugins, full: bool = False) -> tuple[list[Artifact], list[D
                 raise InputError(display, note)
             artifacts.extend(Artifact(kind, root, display, rank_from_path(display), full) for kind in kinds)
     return artifacts, diagnostics
+
+
+def _sniff_all(paths: list[str], plugins, jobs: int) -> list[tuple[list[str], str]]:
+    """Sniff many files in worker processes: every reader looks at every
+    head, so for 20,000 dumps this is seconds of CPU worth sharing."""
+    spec = plugins.clone_spec()
+    if jobs <= 1 or spec is None or len(paths) < PARALLEL_MIN:
+        return [_sniff(path, path, plugins) for path in paths]
+    chunks = [paths[i:i + 4 * CHUNK] for i in range(0, len(paths), 4 * CHUNK)]
+    out: list = []
+    with _pool(jobs, spec) as pool:
+        for answers in pool.map(_sniff_chunk, chunks):
+            out.extend(answers)
+    return out
+
+
+def _sniff_chunk(paths):
+    return [_sniff(path, path, _WORKER_PLUGINS) for path in paths]
+
+
+def _pool(jobs: int, spec):
+    import concurrent.futures
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork" if hasattr(os, "fork") else "spawn")
+    return concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=context,
+                                                  initializer=_worker_init, initargs=(spec,))
 
 
 def _sniff(path: str, display: str, plugins) -> tuple[list[str], str]:
@@ -109,8 +136,6 @@ def _parse_all(artifacts, plugins, jobs: int):
     big = sum(1 for size in sizes if size >= BIG_FILE)
     if jobs <= 1 or spec is None or (len(artifacts) < PARALLEL_MIN and big < 2):
         return [_parse_one(a, plugins) for a in artifacts]
-    import concurrent.futures
-    import multiprocessing
 
     # Big files go one per task so two workers share them evenly; the many
     # small ones travel in chunks to keep the pickling overhead low.
@@ -127,9 +152,7 @@ def _parse_all(artifacts, plugins, jobs: int):
         chunks.append(current)
     order = {id(a): i for i, a in enumerate(artifacts)}
     results: list = [None] * len(artifacts)
-    context = multiprocessing.get_context("fork" if hasattr(os, "fork") else "spawn")
-    with concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=context,
-                                                initializer=_worker_init, initargs=(spec,)) as pool:
+    with _pool(jobs, spec) as pool:
         for chunk, (parsed, worker_diagnostics) in zip(chunks, pool.map(_parse_chunk, chunks)):
             for artifact, result in zip(chunk, parsed):
                 results[order[id(artifact)]] = result
@@ -140,10 +163,10 @@ def _parse_all(artifacts, plugins, jobs: int):
 def load_incident(paths, plugins, hung: bool = False, jobs: int | None = None,
                   full: bool = False) -> Incident:
     """Discover, parse (in parallel for many files) and merge."""
-    artifacts, diagnostics = discover(paths, plugins, full)
+    jobs = jobs if jobs is not None else (os.cpu_count() or 1)
+    artifacts, diagnostics = discover(paths, plugins, full, jobs)
     facts: list[Facts] = []
     errors: list[InputError] = []
-    jobs = jobs if jobs is not None else (os.cpu_count() or 1)
     for parsed in _parse_all(artifacts, plugins, jobs):
         if isinstance(parsed, tuple):
             _, path, message, line = parsed
