@@ -19,6 +19,7 @@ BUILTIN_PLUGINS = (
     "forensics.ingest.gdb",
     "forensics.ingest.nccl",
     "forensics.ingest.torchlog",
+    "forensics.ingest.flightrecorder",
     "forensics.rules.declared_waits",
     "forensics.rules.comm_waits",
     "forensics.rules.stream_waits",
