@@ -47,4 +47,5 @@ def test_detail_mode_mismatch_from_logs_alone(run_cli):
     assert result.returncode == 1
     assert report["verdict"] == "collective_mismatch" and report["culprit_ranks"] == [0]
     ops = {r: (v["op"], v["seq"]) for r, v in report["ranks"].items()}
-    assert ops == {"0": ("all_reduce", 3), "1": ("broadcast", 3), "2": ("broadcast", 3), "3": ("broadcast", 3)}
+    # The fingerprints say SequenceNumber=3, counted from 0: the 4th collective, #4 as c10d and FR count.
+    assert ops == {"0": ("all_reduce", 4), "1": ("broadcast", 4), "2": ("broadcast", 4), "3": ("broadcast", 4)}

@@ -112,8 +112,9 @@ def test_hooks(tmp_path):
 
 @needs_samples
 def test_detail_fingerprint_mismatch_per_rank():
-    expected = {0: ("all_reduce", "0", 3, "started", ((256, 256),), "Float")}
-    expected.update({r: ("broadcast", "0", 3, "started", ((256, 256),), "Float") for r in (1, 2, 3)})
+    # SequenceNumber=3 counts from 0; every seq here counts from 1, as WorkNCCL and FR do.
+    expected = {0: ("all_reduce", "0", 4, "started", ((256, 256),), "Float")}
+    expected.update({r: ("broadcast", "0", 4, "started", ((256, 256),), "Float") for r in (1, 2, 3)})
     for rank in range(4):
         facts = parse(DETAIL / f"rank{rank}.stderr.log")
         assert (facts.lines_read, facts.unrecognized, facts.diagnostics) == (27, 0, [])
@@ -122,7 +123,7 @@ def test_detail_fingerprint_mismatch_per_rank():
         assert op_of(record) == expected[rank]
         assert record.last_op.evidence.line == 27
         assert record.last_op.evidence.text.startswith(f"[rank{rank}]: RuntimeError: Detected mismatch")
-        assert [op.seq for op in record.recent_ops] == [0, 1, 2]
+        assert [op.seq for op in record.recent_ops] == [1, 2, 3]
         assert lines(record.errors) == [27]
         assert record.evidence.line == 6  # the first line that names the rank
         peer = 1 if rank == 0 else 0
@@ -143,7 +144,7 @@ def test_detail_torchrun_console_and_failure_summary():
     for rank, record in workers.items():
         assert (record.local_rank, record.pid, record.host) == (rank, pids[rank], "localhost")
         assert record.last_op.op == ("all_reduce" if rank == 0 else "broadcast")
-        assert record.last_op.seq == 3
+        assert record.last_op.seq == 4
     summary = launched(facts)
     assert {r: (x.pid, x.local_rank, x.exit_code, x.signal, x.alive) for r, x in summary.items()} == {
         0: (20146, 0, -15, "SIGTERM", False), 1: (20147, 1, 1, "", False),
@@ -168,13 +169,13 @@ def test_garbage_peer_fingerprint_is_only_a_claim():
     (`SequenceNumber=0OpType=SCATTER`) are garbage."""
     facts = parse(HEALTHY / "rank2.stderr.log.gz", "rank2.stderr.log")
     assert (facts.lines_read, facts.unrecognized) == (982, 0)
-    assert op_of(own(facts, 2)) == ("barrier", "0", 962, "started", (), "")
-    assert [op.seq for op in own(facts, 2).recent_ops] == [959, 960, 961]
-    assert {r: op_of(c) for r, c in claims(facts).items()} == {0: ("scatter", "0", 0, "started", (), "")}
+    assert op_of(own(facts, 2)) == ("barrier", "0", 963, "started", (), "")
+    assert [op.seq for op in own(facts, 2).recent_ops] == [960, 961, 962]
+    assert {r: op_of(c) for r, c in claims(facts).items()} == {0: ("scatter", "0", 1, "started", (), "")}
     for rank in (0, 1, 3):
         facts = parse(HEALTHY / f"rank{rank}.stderr.log.gz")
-        assert op_of(own(facts, rank)) == ("all_reduce", "0", 962, "started", ((384, 384),), "Float")
-        assert {r: op_of(c) for r, c in claims(facts).items()} == {2: ("reduce", "0", 0, "started", (), "")}
+        assert op_of(own(facts, rank)) == ("all_reduce", "0", 963, "started", ((384, 384),), "Float")
+        assert {r: op_of(c) for r, c in claims(facts).items()} == {2: ("reduce", "0", 1, "started", (), "")}
 
 
 @needs_samples
@@ -182,7 +183,7 @@ def test_self_claims_win_when_merged():
     from forensics.ingest import merge
 
     incident = merge([parse(HEALTHY / f"rank{r}.stderr.log.gz") for r in range(4)])
-    assert incident.ranks[2].current_op.op == "barrier" and incident.ranks[2].current_op.seq == 962
+    assert incident.ranks[2].current_op.op == "barrier" and incident.ranks[2].current_op.seq == 963
     assert all(incident.ranks[r].current_op.op == "all_reduce" for r in (0, 1, 3))
 
 
@@ -192,9 +193,9 @@ def test_healthy_then_mismatch_torchrun_console():
     assert (facts.lines_read, facts.unrecognized) == (4146, 0)
     workers = {r.rank: r for r in own(facts)}
     assert {r: (x.last_op.op, x.last_op.seq, x.pid) for r, x in workers.items()} == {
-        0: ("all_reduce", 962, 21166), 1: ("all_reduce", 962, 21167),
-        2: ("barrier", 962, 21168), 3: ("all_reduce", 962, 21169)}
-    assert {r: op_of(c)[:3] for r, c in claims(facts).items()} == {0: ("scatter", "0", 0), 2: ("reduce", "0", 0)}
+        0: ("all_reduce", 963, 21166), 1: ("all_reduce", 963, 21167),
+        2: ("barrier", 963, 21168), 3: ("all_reduce", 963, 21169)}
+    assert {r: op_of(c)[:3] for r, c in claims(facts).items()} == {0: ("scatter", "0", 1), 2: ("reduce", "0", 1)}
     summary = launched(facts)
     assert {r: (x.exit_code, x.signal) for r, x in summary.items()} == {r: (1, "") for r in range(4)}
     assert [r for r, x in summary.items() if x.errors and "Root Cause" in " ".join(e.text for e in x.errors)] == [0]
@@ -391,7 +392,7 @@ def test_monitored_barrier_on_rank_zero():
 def test_monitored_barrier_in_the_detail_wrapper():
     facts = parse(FIXTURES / "wrapper_barrier.log")
     record = own(facts, 0)
-    assert op_of(record) == ("all_reduce", "0", 7, "started", ((1024,),), "Float")
+    assert op_of(record) == ("all_reduce", "0", 8, "started", ((1024,),), "Float")
     assert lines(record.errors) == [2, 6, 7] and record.peers_in_errors == (1, 2)
     assert sorted(claims(facts)) == [1, 2]
     assert [s.detail for s in facts.stuck] == ["rank 0: rank(s) 1, 2 failed to pass monitoredBarrier in 60000 ms"]
@@ -447,8 +448,8 @@ def test_hard_wrapped_real_mismatch(tmp_path):
                         for part in ([line[i:i + 100] for i in range(0, len(line), 100)] or [""]))
     facts = parse(write(tmp_path, "rank0.stderr.log", wrapped))
     assert facts.unrecognized == 0
-    assert op_of(own(facts, 0)) == ("all_reduce", "0", 3, "started", ((256, 256),), "Float")
-    assert op_of(claims(facts)[1])[:3] == ("broadcast", "0", 3)
+    assert op_of(own(facts, 0)) == ("all_reduce", "0", 4, "started", ((256, 256),), "Float")
+    assert op_of(claims(facts)[1])[:3] == ("broadcast", "0", 4)
 
 
 def test_unrecognized_records_are_counted_and_cited():
@@ -500,7 +501,7 @@ def test_fingerprint_of_a_subgroup_makes_no_claim(tmp_path):
             "TensorDeviceTypes=TensorOptions(dtype=float (default), device=cpu)), but Rank 0 is running collective: "
             "CollectiveFingerPrint(SequenceNumber=4, OpType=BROADCAST).\n")
     facts = parse(write(tmp_path, "rank5.log", line))
-    assert op_of(own(facts, 5))[:3] == ("all_reduce", "0", 4)
+    assert op_of(own(facts, 5))[:3] == ("all_reduce", "0", 5)
     assert claims(facts) == {}
     assert [(d.line, d.severity) for d in facts.diagnostics] == [(1, "info")]
 

@@ -61,7 +61,10 @@ def state_from_records(rank: int, records: list[ProcessRecord], existing: m.Rank
                        groups: dict[str, ProcessGroup]) -> m.RankState:
     own = [r for r in records if r.source != PEER_CLAIM]
     claims = own or records  # another rank's word only when this rank's own logs are silent
-    last = next((r.last_op for r in reversed(claims) if r.last_op is not None), None)
+    # The call a rank is in: the latest one any record shows not completed
+    # (Flight Recorder's newest entry may be a finished helper all_gather).
+    ops = [r.last_op for r in claims if r.last_op is not None]
+    last = next((op for op in reversed(ops) if op.state != "completed"), ops[-1] if ops else None)
     last = global_peers(last, groups)
     progress: dict[str, GroupProgress] = dict(existing.progress) if existing else {}
     for record in records:

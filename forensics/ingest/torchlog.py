@@ -1378,7 +1378,13 @@ class _Apply:
         dtype = values.get("dtype", "")
         if dtype.startswith("[") and dtype.endswith("]"):
             dtype = dtype[1:-1]
-        return CommOp(op=normalize_op(name) or "comm", group=self.group(ev), seq=values.get("seq"),
+        seq = values.get("seq")
+        if fields[0] == "fp" and seq is not None:
+            # A fingerprint's SequenceNumber counts from 0 (the first
+            # collective prints 0); WorkNCCL's SeqNum, pg_status and Flight
+            # Recorder's collective_seq_id count from 1. One numbering for all.
+            seq += 1
+        return CommOp(op=normalize_op(name) or "comm", group=self.group(ev), seq=seq,
                       state=state, any_source=name.upper() == "RECVANYSOURCE",
                       sizes=values.get("sizes", ()), dtype=dtype, timeout_ms=values.get("timeout"),
                       elapsed_ms=elapsed, evidence=self.evidence(ev))
