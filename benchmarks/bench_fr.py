@@ -268,8 +268,12 @@ def scale(world: int, scenarios, args, work: str, rows: list) -> None:
             show("fr_trace", theirs, their_verdict, " ".join(analyzer_command(os.path.basename(folder))))
         truth = expected(scenario, world, args.culprit)
         print(f"  expected   {truth.verdict} culprits {_ranks(truth.culprits)}")
-        agreement = ("analyzer not run" if theirs is None else
-                     "AGREE" if agrees(ours_verdict, their_verdict) else "DISAGREE")
+        if theirs is None:
+            agreement = "analyzer not run"
+        elif their_verdict.verdict in ("failed", "did not finish"):
+            agreement = f"fr_trace {their_verdict.verdict}"
+        else:
+            agreement = "AGREE" if agrees(ours_verdict, their_verdict) else "DISAGREE"
         print(f"  => {agreement}; forensics {'right' if agrees(ours_verdict, truth) else 'WRONG'}, "
               f"fr_trace {'-' if theirs is None else 'right' if agrees(their_verdict, truth) else 'WRONG'}")
         rows.append((world, scenario, mine, ours_verdict, theirs, their_verdict, agreement))
