@@ -43,7 +43,7 @@ import reprlib
 from dataclasses import dataclass
 from json.decoder import JSONDecodeError
 
-from ..hookspecs import hookimpl
+from .reader import reader_hooks
 from ..model import (DEFAULT_GROUP, P2P_OPS, CommOp, Evidence, GroupProgress, ProcessGroup,
                      ProcessRecord, StuckSignal, normalize_op)
 from . import jsonwalk, safepickle
@@ -121,16 +121,9 @@ def parse(path: str, display: str) -> Facts:
     return facts
 
 
-@hookimpl
-def forensics_sniff(path, head):
-    return KIND if sniff(path, head) else None
-
-
-@hookimpl
-def forensics_parse(artifact):
-    if artifact.kind != KIND:
-        return None
-    return parse(artifact.path, artifact.display)
+forensics_sniff, forensics_parse = reader_hooks(
+    {KIND: lambda artifact: parse(artifact.path, artifact.display)},
+    lambda path, head: KIND if sniff(path, head) else None)
 
 
 # ---------------------------------------------------------------- reading the file

@@ -22,7 +22,8 @@ from typing import NamedTuple
 
 import lark
 
-from ..hookspecs import hookimpl
+from .cache import BoundedCache as _Cache
+from .reader import reader_hooks
 from ..model import Evidence, Frame, ProcessDump, ThreadStack
 from .facts import Facts
 from .grammar import parser
@@ -74,16 +75,9 @@ def parse(path: str, display: str) -> Facts:
     return facts
 
 
-@hookimpl
-def forensics_sniff(path, head):
-    return KIND if sniff(path, head) else None
-
-
-@hookimpl
-def forensics_parse(artifact):
-    if artifact.kind != KIND:
-        return None
-    return parse(artifact.path, artifact.display)
+forensics_sniff, forensics_parse = reader_hooks(
+    {KIND: lambda artifact: parse(artifact.path, artifact.display)},
+    lambda path, head: KIND if sniff(path, head) else None)
 
 
 def _clean(data: bytes) -> bytes:
@@ -111,26 +105,6 @@ def _mask(data: bytes) -> bytes:
 
 def _text(data: bytes) -> str:
     return data.decode("utf-8", "replace")
-
-
-class _Cache(dict):
-    """A dict that forgets everything once its keys add up to `budget`
-    characters: bounded memory, and a corpus's working set of stacks
-    refills it within a few files. Outsized keys (junk) are not kept."""
-
-    def __init__(self, budget: int):
-        super().__init__()
-        self.budget, self.used = budget, 0
-
-    def put(self, key, value):
-        if len(key) > self.budget >> 6:
-            return value
-        if self.used + len(key) > self.budget:
-            self.clear()
-            self.used = 0
-        self[key] = value
-        self.used += len(key)
-        return value
 
 
 # ---------------------------------------------------------------- records

@@ -14,7 +14,7 @@ import os
 
 import yaml
 
-from ..hookspecs import hookimpl
+from .reader import reader_hooks
 from ..model import Evidence
 from .facts import Facts
 from .textio import InputError, read_text
@@ -69,13 +69,6 @@ def _line_of(lines: list[str], key: str) -> int:
     return 0
 
 
-@hookimpl
-def forensics_sniff(path, head):
-    return KIND if sniff(path, head) else None
-
-
-@hookimpl
-def forensics_parse(artifact):
-    if artifact.kind != KIND:
-        return None
-    return parse(artifact.path, artifact.display)
+forensics_sniff, forensics_parse = reader_hooks(
+    {KIND: lambda artifact: parse(artifact.path, artifact.display)},
+    lambda path, head: KIND if sniff(path, head) else None)

@@ -67,10 +67,10 @@ from typing import Iterable, Iterator, NamedTuple
 
 import lark
 
-from ..hookspecs import hookimpl
+from .reader import reader_hooks
 from ..model import CommOp, Evidence, GroupProgress, ProcessRecord, normalize_op
 from .facts import Facts
-from .gdb import _Cache
+from .cache import BoundedCache as _Cache
 from .grammar import parser
 from .textio import InputError, looks_binary
 
@@ -207,16 +207,9 @@ def topology(source) -> dict:
     return cached[1]
 
 
-@hookimpl
-def forensics_sniff(path, head):
-    return KIND if sniff(path, head) else None
-
-
-@hookimpl
-def forensics_parse(artifact):
-    if artifact.kind != KIND:
-        return None
-    return parse(artifact.path, artifact.display, full=getattr(artifact, "full", False))
+forensics_sniff, forensics_parse = reader_hooks(
+    {KIND: lambda artifact: parse(artifact.path, artifact.display, full=artifact.full)},
+    lambda path, head: KIND if sniff(path, head) else None)
 
 
 # The topology of the last files parsed, by id(facts) (the Facts kept alive

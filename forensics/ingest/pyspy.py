@@ -834,18 +834,10 @@ def _frames_with_starts(text: str, pos: int):
 
 # ------------------------------------------------------------------ plugin hooks
 
-from ..hookspecs import hookimpl  # noqa: E402  (hooks last: the module reads top-down)
+from .reader import reader_hooks  # noqa: E402  (hooks last: the module reads top-down)
 
 
-@hookimpl
-def forensics_sniff(path, head):
-    return sniff(path, head)
-
-
-@hookimpl
-def forensics_parse(artifact):
-    if artifact.kind == KIND:
-        return parse(artifact.path, artifact.display)
-    if artifact.kind == KIND_JSON:
-        return parse_json(artifact.path, artifact.display)
-    return None
+forensics_sniff, forensics_parse = reader_hooks(
+    {KIND: lambda artifact: parse(artifact.path, artifact.display),
+     KIND_JSON: lambda artifact: parse_json(artifact.path, artifact.display)},
+    sniff)

@@ -2,17 +2,9 @@
 
 from __future__ import annotations
 
-from ..hookspecs import hookimpl
 from . import snapshot
+from .reader import reader_hooks
 
-
-@hookimpl
-def forensics_sniff(path, head):
-    return snapshot.KIND if snapshot.sniff(path, head) else None
-
-
-@hookimpl
-def forensics_parse(artifact):
-    if artifact.kind != snapshot.KIND:
-        return None
-    return snapshot.parse(artifact.path, artifact.display)
+forensics_sniff, forensics_parse = reader_hooks(
+    {snapshot.KIND: lambda artifact: snapshot.parse(artifact.path, artifact.display)},
+    lambda path, head: snapshot.KIND if snapshot.sniff(path, head) else None)

@@ -67,11 +67,11 @@ from typing import NamedTuple
 import lark
 from lark import Token
 
-from ..hookspecs import hookimpl
+from .reader import reader_hooks
 from ..model import (DEFAULT_GROUP, CommOp, Evidence, GroupProgress, ProcessGroup, ProcessRecord,
                      StuckSignal, normalize_op)
 from .facts import Facts
-from .gdb import _Cache
+from .cache import BoundedCache as _Cache
 from .grammar import parser
 from .textio import InputError, looks_binary
 
@@ -145,16 +145,9 @@ def parse(path: str, display: str) -> Facts:
     return facts
 
 
-@hookimpl
-def forensics_sniff(path, head):
-    return KIND if sniff(path, head) else None
-
-
-@hookimpl
-def forensics_parse(artifact):
-    if artifact.kind != KIND:
-        return None
-    return parse(artifact.path, artifact.display)
+forensics_sniff, forensics_parse = reader_hooks(
+    {KIND: lambda artifact: parse(artifact.path, artifact.display)},
+    lambda path, head: KIND if sniff(path, head) else None)
 
 
 # ---------------------------------------------------------------- reading lines
