@@ -47,3 +47,30 @@ def test_torchrun_summary_maps_pids_of_unnamed_dumps(run_cli, tmp_path):
     report = json.loads(run_cli("analyze", tmp_path, "-f", "json").stdout)
     assert report["unattributed"] == []
     assert report["verdict"] == "deadlock" and report["cycles"] == [[0, 1, 0]]
+
+
+def test_zstd_and_gzip_logs_read_like_plain_ones(run_cli, tmp_path):
+    import gzip
+
+    import zstandard
+
+    generate(str(tmp_path / "plain"), ranks=8, size=128 << 10, stop_rank=5, stop_at=0.6, per_rank_files=True)
+    plain = json.loads(run_cli("analyze", tmp_path / "plain", "--hung", "-f", "json").stdout)
+    console = CORPUS / "real_p2p_cycle_2" / "torchrun.log"
+    plain_console = json.loads(run_cli("analyze", console, "-f", "json").stdout)
+    for name, compress in (("zst", zstandard.ZstdCompressor().compress), ("gz", gzip.compress)):
+        folder = tmp_path / name
+        folder.mkdir()
+        for log in (tmp_path / "plain").iterdir():
+            (folder / f"{log.name}.{name}").write_bytes(compress(log.read_bytes()))
+        report = json.loads(run_cli("analyze", folder, "--hung", "-f", "json").stdout)
+        assert (report["verdict"], report["culprit_ranks"]) == (plain["verdict"], plain["culprit_ranks"]) == \
+            ("missing_rank", [5])
+        assert report["ranks"]["5"]["seq"] == plain["ranks"]["5"]["seq"]
+        packed = tmp_path / f"torchrun.log.{name}"
+        packed.write_bytes(compress(console.read_bytes()))
+        same = json.loads(run_cli("analyze", packed, "-f", "json").stdout)
+        def facts(report):
+            return {r: (v["state"], v["op"], v["seq"], v["evidence"]["line"]) for r, v in report["ranks"].items()}
+        assert facts(same) == facts(plain_console) and len(facts(same)) == 2
+        assert [r["lines"] for r in same["read"]] == [r["lines"] for r in plain_console["read"]]

@@ -7,10 +7,20 @@ returns text or raises `InputError` with a reason a person can act on.
 from __future__ import annotations
 
 import gzip
+import io
 import os
+import zlib
+
+try:  # zstd logs are common on clusters; the module is a declared dependency
+    import zstandard
+except ImportError:  # pragma: no cover - only when installed without it
+    zstandard = None
 
 HEAD_BYTES = 64 * 1024
 _GZIP_MAGIC = b"\x1f\x8b"
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+# What a broken compressed stream raises part-way through.
+STREAM_ERRORS = (OSError, EOFError, zlib.error) + ((zstandard.ZstdError,) if zstandard else ())
 
 
 class InputError(Exception):
@@ -24,34 +34,52 @@ class InputError(Exception):
         super().__init__(f"{where}: {message}")
 
 
-def is_gzip(path: str) -> bool:
+def compression(path: str) -> str:
+    """"gzip", "zstd" or "" by the file's magic bytes, not its name."""
     try:
         with open(path, "rb") as handle:
-            return handle.read(2) == _GZIP_MAGIC
+            magic = handle.read(4)
     except OSError:
-        return False
+        return ""
+    if magic[:2] == _GZIP_MAGIC:
+        return "gzip"
+    if magic == _ZSTD_MAGIC:
+        return "zstd"
+    return ""
+
+
+def is_gzip(path: str) -> bool:
+    return compression(path) == "gzip"
+
+
+def open_binary(path: str):
+    """A binary reader with readline(), decompressing gzip and zstd."""
+    kind = compression(path)
+    if kind == "gzip":
+        return gzip.open(path, "rb")
+    if kind == "zstd":
+        if zstandard is None:
+            raise InputError(path, "zstd-compressed, and the zstandard module is not installed")
+        raw = open(path, "rb")
+        stream = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True, closefd=True)
+        return io.BufferedReader(stream, 1 << 20)
+    return open(path, "rb")
 
 
 def read_head(path: str, size: int = HEAD_BYTES) -> bytes:
-    """The first `size` bytes, decompressed if the file is gzip."""
+    """The first `size` bytes, decompressed if the file is gzip or zstd."""
     try:
-        if is_gzip(path):
-            with gzip.open(path, "rb") as handle:
-                return handle.read(size)
-        with open(path, "rb") as handle:
+        with open_binary(path) as handle:
             return handle.read(size)
-    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+    except STREAM_ERRORS as exc:
         raise InputError(path, f"cannot read: {_reason(exc)}") from None
 
 
 def read_bytes(path: str, limit: int | None = None) -> bytes:
     try:
-        if is_gzip(path):
-            with gzip.open(path, "rb") as handle:
-                return handle.read(limit if limit is not None else -1)
-        with open(path, "rb") as handle:
+        with open_binary(path) as handle:
             return handle.read(limit if limit is not None else -1)
-    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+    except STREAM_ERRORS as exc:
         raise InputError(path, f"cannot read: {_reason(exc)}") from None
 
 

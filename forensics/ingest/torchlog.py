@@ -57,9 +57,7 @@ What goes where, for the merger:
 from __future__ import annotations
 
 import functools
-import gzip
 import re
-import zlib
 from collections import deque
 from dataclasses import replace
 from typing import NamedTuple
@@ -73,7 +71,7 @@ from ..model import (DEFAULT_GROUP, CommOp, Evidence, GroupProgress, ProcessGrou
 from .facts import Facts
 from .cache import BoundedCache as _Cache
 from .grammar import parser
-from .textio import InputError, looks_binary
+from .textio import STREAM_ERRORS, InputError, looks_binary, open_binary
 
 KIND = "torch-log"
 SOURCE = "torch"
@@ -157,9 +155,7 @@ def _lines(path: str, display: str, facts: Facts):
     lines longer than MAX_LINE are skipped (None). A file that breaks off
     (a cut gzip stream, an I/O error) ends with a diagnostic."""
     try:
-        with open(path, "rb") as probe:
-            compressed = probe.read(2) == b"\x1f\x8b"
-        handle = gzip.open(path, "rb") if compressed else open(path, "rb")
+        handle = open_binary(path)
     except OSError as exc:
         raise InputError(display, f"cannot read: {(exc.strerror or str(exc)).lower()}") from None
     line_no = 0
@@ -175,7 +171,7 @@ def _lines(path: str, display: str, facts: Facts):
                     facts.diag(line_no, f"line longer than {MAX_LINE // 1024} KiB: skipped")
                     yield line_no, None
                     continue
-            except (OSError, EOFError, zlib.error) as exc:
+            except STREAM_ERRORS as exc:
                 reason = f"{exc.__class__.__name__}: {exc}"[:200]
                 if line_no == 0:
                     raise InputError(display, f"cannot read: {reason}") from None
