@@ -27,13 +27,12 @@ from .reader import reader_hooks
 from ..model import Evidence, Frame, ProcessDump, ThreadStack
 from .facts import Facts
 from .grammar import parser
-from .textio import InputError, looks_binary, read_bytes
+from .textio import ANSI_COLOUR, InputError, looks_binary, read_bytes
 
 KIND = "gdb"
 SOURCE = "gdb"
 MAX_LINE = 64 * 1024
 
-_ANSI = re.compile(rb"\x1b\[[0-9;]*m")
 _PAGER = b"--Type <RET> for more, q to quit, c to continue without paging--"
 _HEX = re.compile(rb"0x[0-9a-fA-F]+")
 _LWP = re.compile(rb"LWP \d+")
@@ -60,7 +59,7 @@ def sniff(path: str, head: bytes) -> bool:
     if looks_binary(head):
         return False
     if b"\x1b" in head:
-        head = _ANSI.sub(b"", head)
+        head = ANSI_COLOUR.sub(b"", head)
     return bool(_SNIFF_HEADER.search(head) or _SNIFF_FRAME.search(head))
 
 
@@ -83,7 +82,7 @@ forensics_sniff, forensics_parse = reader_hooks(
 def _clean(data: bytes) -> bytes:
     """Undo what a terminal adds: colours, CRLF, the pager's prompt."""
     if b"\x1b" in data:
-        data = _ANSI.sub(b"", data)
+        data = ANSI_COLOUR.sub(b"", data)
     if b"\r" in data:
         data = data.replace(b"\r\n", b"\n")
     if _PAGER in data:

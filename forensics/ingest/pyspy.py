@@ -50,7 +50,7 @@ from ..model import Evidence, Frame, ProcessDump, ThreadStack
 from . import jsonwalk
 from .facts import Facts
 from .grammar import parser
-from .textio import InputError, read_text
+from .textio import ANSI_COLOUR, InputError, read_text
 
 KIND = "py-spy"
 KIND_JSON = "py-spy-json"
@@ -89,7 +89,6 @@ _RANK_VALUE = re.compile(r'-?[0-9]{1,9}|"-?[0-9]{1,9}"|\'-?[0-9]{1,9}\'')
 
 # ------------------------------------------------------------------ sniffing
 
-_SNIFF_ANSI = re.compile(rb"\x1b\[[0-9;]*m")
 _SNIFF_PROCESS = re.compile(rb"Process \d+: [^\n]*\r?\nPython v")
 _SNIFF_THREAD = re.compile(rb"Thread (?:0[xX][0-9a-fA-F]+|\d+) \((?:idle|active|active\+gil)\)")
 _SNIFF_JSON_START = re.compile(rb"\[\s*\{")
@@ -112,7 +111,7 @@ def sniff(path: str, head: bytes) -> str | None:
         return None
     text = head[3:] if head.startswith(b"\xef\xbb\xbf") else head
     if b"\x1b" in text[:4096]:
-        text = _SNIFF_ANSI.sub(b"", text)
+        text = ANSI_COLOUR.sub(b"", text)
     text = text.lstrip()
     if text.startswith(b"["):
         if not _SNIFF_JSON_START.match(text):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import io
 import os
+import re
 import zlib
 
 try:  # zstd logs are common on clusters; the module is a declared dependency
@@ -17,6 +18,8 @@ except ImportError:  # pragma: no cover - only when installed without it
     zstandard = None
 
 HEAD_BYTES = 64 * 1024
+# Terminal colour codes (py-spy on a TTY, gdb >= 10 styling), in bytes.
+ANSI_COLOUR = re.compile(rb"\x1b\[[0-9;]*m")
 _GZIP_MAGIC = b"\x1f\x8b"
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 # What a broken compressed stream raises part-way through.
