@@ -4,7 +4,7 @@
 
 Generates NCCL_DEBUG=INFO,COLL logs with gen_nccl_logs.py (one file per rank,
 as NCCL_DEBUG_FILE writes them; rank 5 stops early, as a rank stuck in its
-data loader), then in one run on the same files:
+data loader), then, alternating `--repeat` times on the same files (medians):
   forensics       `forensics analyze DIR --hung -f json`: reads each big log
                   from its tail plus a byte search for init lines
   grep -c opCount a full read of the same bytes (what a person does first)
@@ -20,6 +20,7 @@ import json
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -49,6 +50,7 @@ def main():
     parser.add_argument("--ranks", type=int, default=8)
     parser.add_argument("--keep")
     parser.add_argument("--full-mb", type=int, default=256)
+    parser.add_argument("--repeat", type=int, default=3, help="alternating runs of each tool")
     args = parser.parse_args()
     folder = args.keep or tempfile.mkdtemp(prefix="fx-logs-")
     if not glob.glob(os.path.join(folder, "nccl.*")):
@@ -58,11 +60,19 @@ def main():
     size = sum(os.path.getsize(f) for f in files)
     env = {**os.environ, "FORENSICS_DISABLE_PLUGIN_AUTOLOAD": "1"}
     # Piped: GNU grep stops at the first match when its stdout is /dev/null.
-    grep, grep_s = run(["bash", "-c", f"cd {folder} && grep -c opCount -- nccl.* | cat > /dev/null"])
+    grep_cmd = ["bash", "-c", f"cd {folder} && grep -c opCount -- nccl.* | cat > /dev/null"]
     cmd = [sys.executable, "-m", "forensics", "analyze", folder, "--hung", "-f", "json"]
-    ours, ours_s = run(cmd, env=env)
-    if ours.returncode not in (0, 1):
-        raise SystemExit(f"forensics failed: {ours.stderr.strip()[:500]}")
+    # Alternating runs, so neither tool is the one that warms the page cache.
+    grep_times, our_times = [], []
+    for _ in range(args.repeat):
+        grep_times.append(run(grep_cmd)[1])
+        ours, seconds = run(cmd, env=env)
+        our_times.append(seconds)
+        if ours.returncode not in (0, 1):
+            raise SystemExit(f"forensics failed: {ours.stderr.strip()[:500]}")
+    grep_s, ours_s = statistics.median(grep_times), statistics.median(our_times)
+    print(f"runs (s): forensics {', '.join(f'{t:.2f}' for t in our_times)}; "
+          f"grep {', '.join(f'{t:.2f}' for t in grep_times)}; medians below")
     report = json.loads(ours.stdout)
     rss = peak_rss_mb(cmd, env)
     print(f"{len(files)} files, {size / 1e9:.2f} GB, {os.cpu_count()} CPUs")

@@ -7,11 +7,13 @@ strings (formats.md §3) as those versions print them.
 """
 
 import contextlib
+import dataclasses
 import gzip
 import importlib.util
 import mmap
 import os
 import random
+import re
 import time
 import tracemalloc
 from pathlib import Path
@@ -65,11 +67,35 @@ def small_tail(threshold=256 << 10, head=64 << 10, tail=256 << 10, chunk=64 << 1
         nccl.TAIL_THRESHOLD, nccl.HEAD_BYTES, nccl.TAIL_BYTES, nccl.CHUNK = saved
 
 
-def summary(facts):
-    """What must not depend on how the file was read."""
-    return ([(r.host, r.pid, r.rank, r.local_rank, r.last_op, dict(r.progress), r.errors, r.peers_in_errors,
-              r.evidence) for r in facts.records],
-            facts.pid_ranks, facts.comm_members, facts.unrecognized)
+def total_lines(data: bytes) -> int:
+    return data.count(b"\n") + (bool(data) and not data.endswith(b"\n"))
+
+
+def absolute(line: int, data: bytes) -> int:
+    """A reported line number as counted from the start: tail mode counts
+    lines past the head back from the end (-1 is the last line)."""
+    return total_lines(data) + 1 + line if line < 0 else line
+
+
+def _normal(value, data: bytes):
+    if isinstance(value, Evidence):
+        return Evidence(value.path, absolute(value.line, data), value.text)
+    if dataclasses.is_dataclass(value):
+        return tuple(_normal(getattr(value, f.name), data) for f in dataclasses.fields(value))
+    if isinstance(value, (list, tuple)):
+        return tuple(_normal(item, data) for item in value)
+    if isinstance(value, dict):
+        return {key: _normal(item, data) for key, item in value.items()}
+    return value
+
+
+def summary(facts, path=None):
+    """What must not depend on how the file was read (line numbers made
+    absolute when `path` is given)."""
+    data = Path(path).read_bytes() if path is not None else b""
+    return _normal(([(r.host, r.pid, r.rank, r.local_rank, r.last_op, dict(r.progress), r.errors,
+                      r.peers_in_errors, r.evidence) for r in facts.records],
+                    facts.pid_ranks, facts.comm_members, facts.unrecognized), data)
 
 
 # ---------------------------------------------------------------- sniffing
@@ -400,34 +426,66 @@ def test_split_without_comm_id_counts_splits_of_the_parent(tmp_path):
 
 
 def test_tail_mode_matches_full_mode(tmp_path):
+    """Tail mode reads the head, the tail and, of the middle, only the last
+    calls and inits the tail needs: the same records as reading every line,
+    with line numbers past the head counted back from the end."""
     gen = generator()
     path = tmp_path / "job.log"
     made = gen.generate(str(path), ranks=8, size=400 << 10, stop_rank=5, stop_at=0.3)
     lines = path.read_bytes().split(b"\n")
-    middle = len(lines) // 2
     warn = (b"[2026-05-13 18:31:07] gpu-node000:41034:41090 [2] transport/net_ib.cc:2358 NCCL WARN NET/IB : Got "
             b"completion from peer 10.1.1.12<48133> with status=12 opcode=0 len=0 vendor err 129 (Recv)")
-    lines[middle:middle] = [b"", warn, b"[rank2]:gpu-node000:41034:41034 [2] NCCL INFO Using network IB"]
+    near_end = len(lines) - 200
+    lines[near_end:near_end] = [b"", warn, b"[rank2]:gpu-node000:41034:41034 [2] NCCL INFO Using network IB"]
     path.write_bytes(b"\n".join(lines))
+    data = path.read_bytes()
     full = nccl.parse(str(path), "job.log", full=True)
     with small_tail():
         tail = nccl.parse(str(path), "job.log")
-    assert summary(tail) == summary(full)
+    assert summary(tail, path) == summary(full, path)
     assert tail.lines_read < full.lines_read // 2
     (note,) = tail.diagnostics
+    tail_count = full.lines_read - _tail_first(path) + 1
     assert note.severity == "info" and note.message.startswith(
-        f"tail mode: read lines 1-{_head_lines(path):,} (the first 0 MiB) and "
-        f"{_tail_first(path):,}-{full.lines_read:,} (the last 0 MiB) of 3 MiB; of the lines between, the ")
+        f"tail mode: read lines 1-{_head_lines(path):,} (the first 0 MiB) and the last {tail_count:,} lines "
+        "(the last 0 MiB) of 3 MiB, whose line numbers count back from the end of the file (-1 is the last "
+        "line: `tail -n N FILE | head -n 1` shows line -N); of the 3 MiB between, ")
+    assert "2 last call(s) of processes and communicators the tail does not show" in note.message  # rank 5: 2 comms
     for rank, expected in made["ranks"].items():
         got = record(tail, expected["host"], expected["pid"])
         assert got.progress[expected["world"]].enqueued == expected["world_last"]
         assert got.progress[expected["node"]].enqueued == expected["node_last"]
     stopped = record(tail, made["ranks"][5]["host"], made["ranks"][5]["pid"])
-    assert stopped.last_op.evidence.line < _tail_first(path)  # found going back through the middle
-    assert stopped.last_op.evidence.text == line_of(path, stopped.last_op.evidence.line)
-    assert [e.line for e in record(tail, "gpu-node000", 41034).errors] == [middle + 2]
+    line = stopped.last_op.evidence.line
+    assert line < 0 and absolute(line, data) < _tail_first(path)  # found going back through the middle
+    assert stopped.last_op.evidence.text == line_of(path, absolute(line, data))
+    # -N is the N-th line from the end, as `tail -n N | head -n 1` shows it
+    (error,) = record(tail, "gpu-node000", 41034).errors
+    assert error.line == (near_end + 2) - (total_lines(data) + 1)
+    assert line_of(path, absolute(error.line, data)) == error.text == warn.decode()
     assert record(tail, "gpu-node000", 41034).rank == 2
     assert nccl.topology(tail) == nccl.topology(full)
+
+
+def test_tail_mode_does_not_read_the_middle(tmp_path):
+    """A warning in the middle of a big log, followed by megabytes of calls,
+    is not read in tail mode (that is the point: the cost stays flat), and
+    the tail-mode note says what was not read; --full reads it."""
+    gen = generator()
+    path = tmp_path / "job.log"
+    gen.generate(str(path), ranks=4, size=600 << 10, per_node=2, stop_rank=None)
+    lines = path.read_bytes().split(b"\n")
+    warn = b"gpu-node000:41000:41000 [0] misc/socket.cc:49 NCCL WARN socketProgress: Connection closed by remote peer"
+    lines.insert(len(lines) // 2, warn)
+    path.write_bytes(b"\n".join(lines))
+    full = nccl.parse(str(path), "job.log", full=True)
+    with small_tail():
+        tail = nccl.parse(str(path), "job.log")
+    assert [e.text for e in record(full, "gpu-node000", 41000).errors] == [warn.decode()]
+    assert record(tail, "gpu-node000", 41000).errors == ()
+    (note,) = tail.diagnostics
+    assert "warnings and other lines there are not read: parse with full=True (--full)" in note.message
+    assert "0 MiB were searched backwards" in note.message  # nothing to look up: the middle was not read
 
 
 def _lines_before(path, offset):
@@ -446,22 +504,49 @@ def _tail_first(path):
     return _lines_before(path, os.path.getsize(path) - (256 << 10)) + 1
 
 
-def test_tail_mode_finds_a_communicator_silent_since_its_init(tmp_path):
-    """A communicator that never carried a call has -1 enqueued, in tail
-    mode as in full mode: the backward search reaches its init line."""
+def test_tail_mode_finds_the_init_of_a_communicator_created_mid_run(tmp_path):
+    """A communicator created in the middle of the run (a subgroup made at
+    the first evaluation) and used in the tail: the backward search finds
+    its init sequence, so it has its members, its id and its ring, as in
+    full mode. One created there and never used since is not seen."""
     gen = generator()
     path = tmp_path / "job.log"
     gen.generate(str(path), ranks=4, size=600 << 10, per_node=2, stop_rank=None)
     lines = path.read_bytes().split(b"\n")
-    extra = (b"gpu-node000:41000:41000 [0] NCCL INFO ncclCommInitRank comm 0x55d0ffff0000 rank 0 nranks 2 "
-             b"cudaDev 0 nvmlDev 0 busId 1b000 commId 0x00000000000abcde - Init COMPLETE")
-    lines.insert(len(lines) // 3, extra)
+    init = []
+    for rank, pid in ((0, 41000), (1, 41017)):
+        prefix = b"gpu-node000:%d:%d [%d] NCCL INFO " % (pid, pid, rank)
+        comm = b"comm 0x55d0ffff000%d rank %d nranks 2 cudaDev %d nvmlDev %d busId 1b000 commId 0x0000000000abcde" % (
+            rank, rank, rank, rank)
+        init += [prefix + b"ncclCommInitRank " + comm + b" - Init START",
+                 prefix + b"Channel 00/02 : 0 1",
+                 prefix + b"Ring 00 : %d -> %d -> %d" % (1 - rank, rank, 1 - rank),
+                 prefix + b"ncclCommInitRank " + comm + b" - Init COMPLETE"]
+    init.append(b"gpu-node000:41000:41000 [0] NCCL INFO ncclCommInitRank comm 0x55d0eeee0000 rank 0 nranks 1 "
+                b"cudaDev 0 nvmlDev 0 busId 1b000 commId 0x00000000000silent - Init COMPLETE".replace(
+                    b"silent", b"5e1e47"))
+    lines[len(lines) // 3:len(lines) // 3] = init
+    calls = [b"gpu-node000:%d:%d [%d] NCCL INFO AllReduce: opCount 3 sendbuff 0x7f00 recvbuff 0x7f00 count 8 "
+             b"datatype 7 op 0 root 0 comm 0x55d0ffff000%d [nranks=2] stream 0x55d0aaaa0000" % (pid, pid, rank, rank)
+             for rank, pid in ((0, 41000), (1, 41017))]
+    lines[len(lines) - 50:len(lines) - 50] = calls
     path.write_bytes(b"\n".join(lines))
     full = nccl.parse(str(path), "job.log", full=True)
     with small_tail():
         tail = nccl.parse(str(path), "job.log")
-    assert summary(tail) == summary(full)
-    assert record(tail, "gpu-node000", 41000).progress["nccl:0x00000000000abcde"].enqueued == -1
+    group = "nccl:0x0000000000abcde"
+    for facts in (full, tail):
+        assert [(g, r) for g, r, *_ in facts.comm_members if g == group] == [(group, 0), (group, 1)]
+        assert record(facts, "gpu-node000", 41000).progress[group].enqueued == 3
+    assert nccl.topology(tail)[group]["rings"] == nccl.topology(full)[group]["rings"] == {0: [0, 1]}
+    silent = "nccl:0x000000000005e1e47"
+    assert silent in record(full, "gpu-node000", 41000).progress
+    assert silent not in record(tail, "gpu-node000", 41000).progress
+    (note,) = tail.diagnostics
+    assert "and 8 init line(s) of communicators it uses" in note.message  # 2 x (START, Channel, Ring, COMPLETE)
+    init_line = next(e for g, r, _, h, p, e in tail.comm_members if g == group and r == 0)
+    data = path.read_bytes()
+    assert init_line.line < 0 and line_of(path, absolute(init_line.line, data)) == init_line.text
 
 
 def test_tail_mode_with_many_communicators_to_look_for(tmp_path):
@@ -471,22 +556,23 @@ def test_tail_mode_with_many_communicators_to_look_for(tmp_path):
     path = tmp_path / "job.log"
     gen.generate(str(path), ranks=4, size=600 << 10, per_node=2, stop_rank=None)
     lines = path.read_bytes().split(b"\n")
-    at = len(lines) // 3
     prefix = b"gpu-node000:41000:41000 [0] NCCL INFO "
-    extra = [prefix + b"ncclCommInitRank comm 0x55d0ffff%04x rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 1b000 "
+    inits = [prefix + b"ncclCommInitRank comm 0x55d0ffff%04x rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 1b000 "
                       b"commId 0x%016x - Init COMPLETE" % (i, 0xabc000 + i) for i in range(24)]
-    extra.append(prefix + b"Send: opCount 0 sendbuff (nil) recvbuff 0x7f00 count 8 datatype 7 op 0 root 1 "
-                          b"comm 0x55d0ffff0007 [nranks=2] stream 0x55d0aaaa0000")
-    lines[at:at] = extra
+    lines[20:20] = inits  # in the head
+    at = len(lines) // 3
+    calls = [prefix + b"Send: opCount %x sendbuff (nil) recvbuff 0x7f00 count 8 datatype 7 op 0 root 1 "
+                      b"comm 0x55d0ffff%04x [nranks=2] stream 0x55d0aaaa0000" % (i, i) for i in range(0, 24, 2)]
+    lines[at:at] = calls  # in the middle: the last calls of half of them
     path.write_bytes(b"\n".join(lines))
     full = nccl.parse(str(path), "job.log", full=True)
     with small_tail():
         tail = nccl.parse(str(path), "job.log")
-    assert summary(tail) == summary(full)
+    assert summary(tail, path) == summary(full, path)
     progress = record(tail, "gpu-node000", 41000).progress
-    assert progress["nccl:0x0000000000abc007"].enqueued == 0
-    assert progress["nccl:0x0000000000abc007"].evidence.line == at + 25
-    assert [progress[f"nccl:0x{0xabc000 + i:016x}"].enqueued for i in (0, 6, 8, 23)] == [-1, -1, -1, -1]
+    assert progress["nccl:0x0000000000abc006"].enqueued == 6
+    assert absolute(progress["nccl:0x0000000000abc006"].evidence.line, path.read_bytes()) == at + 4
+    assert [progress[f"nccl:0x{0xabc000 + i:016x}"].enqueued for i in (1, 7, 9, 23)] == [-1, -1, -1, -1]
 
 
 def test_pathological_lines_stay_fast(tmp_path):
@@ -545,13 +631,15 @@ def test_big_file_tail_mode(tmp_path):
         assert got.progress[expected["node"]].enqueued == expected["node_last"], rank
         last_calls.append(got.last_op.evidence)
     with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        total = data.size() and (data[:].count(b"\n") + (data[-1:] != b"\n"))
         counted = lines = 0
         for evidence in sorted(last_calls, key=lambda e: e.line):  # line numbers, counted once
+            assert evidence.line < 0  # past the head: counted back from the end
             at = data.find(evidence.text.encode(), counted)
             assert at >= 0
             lines += data[counted:at].count(b"\n")
             counted = at
-            assert lines + 1 == evidence.line
+            assert lines + 1 == total + 1 + evidence.line
     stopped = record(facts, made["ranks"][5]["host"], made["ranks"][5]["pid"])
     assert made["ranks"][5]["world_last"] < made["ranks"][4]["world_last"] * 0.6
     assert stopped.last_op.seq in (made["ranks"][5]["world_last"], made["ranks"][5]["node_last"])
@@ -758,7 +846,10 @@ def _check_never_crashes(path, data):
         for proc in facts.records:
             assert isinstance(proc.host, str) and isinstance(proc.pid, int)
             for op in proc.recent_ops:
-                assert 1 <= op.evidence.line <= max(facts.lines_read, data.count(b"\n") + 1)
+                number = absolute(op.evidence.line, data)
+                assert 1 <= number <= total_lines(data)
+                assert op.evidence.text == data.split(b"\n")[number - 1].decode("utf-8", "replace").strip() \
+                    or b"\x1b" in data or b"\r" in data or b"\x00" in data
                 assert isinstance(op.seq, int) and op.seq >= 0
         nccl.topology(facts)
 
@@ -771,3 +862,26 @@ def test_prefix_rank_that_contradicts_the_world_rank(tmp_path):
     assert [(h, p, r) for h, p, r, _ in facts.pid_ranks] == [("h", 1, 1), ("h", 1, 3)]
     assert [(d.line, d.message) for d in facts.diagnostics] == [
         (1, "h:1: its [rank3]: prefix and its rank 1 in the largest communicator disagree")]
+
+
+def test_text_report_explains_lines_counted_from_the_end(tmp_path):
+    """A report citing tail-mode lines says how to find line -N."""
+    import forensics
+    from forensics.report import render
+
+    gen = generator()
+    folder = tmp_path / "logs"
+    gen.generate(str(folder), ranks=8, size=600 << 10, stop_rank=5, stop_at=0.5, per_rank_files=True)
+    with small_tail():
+        report = forensics.analyze(folder, hung=True, jobs=1)
+    text = render(report, "text")
+    cited = re.findall(r"(nccl\.[\w.-]+\.log):(-\d+)", text)
+    assert cited and report.verdict == "missing_rank"
+    for name, line in cited:  # each citation is the line it claims to be
+        data = (folder / name).read_bytes()
+        shown = line_of(folder / name, absolute(int(line), data))
+        assert shown.startswith("gpu-node")
+    assert "Negative line numbers count back from the end of the file (-1 is the last line" in text
+    assert "行号为负数表示从文件末尾倒数" in render(report, "text", "zh")
+    full = render(forensics.analyze(folder, hung=True, jobs=1), "text")  # files under the threshold
+    assert "Negative line numbers" not in full and not re.search(r"\.log:-\d", full)

@@ -26,6 +26,9 @@ class Facts:
     # (group id, rank in that communicator, communicator size, host, pid, evidence).
     # The world communicator (size == world) maps host:pid to global rank.
     comm_members: list[tuple[str, int, int, str, int, Evidence]] = field(default_factory=list)
+    # NCCL rings: (group id, channel, ranks in ring order as communicator
+    # ranks, evidence of the line that states it).
+    rings: list[tuple[str, int, tuple[int, ...], Evidence]] = field(default_factory=list)
     # Lines that looked like this kind's lines but could not be read, and all
     # lines read, per file: the report shows the counts, nothing is dropped silently.
     unrecognized: int = 0

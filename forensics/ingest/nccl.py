@@ -20,13 +20,19 @@ the positions of its fields, learnt from the first line of that shape.
 
 Size. With COLL enabled a rank writes gigabytes. Hang forensics needs each
 process's last state, so a plain file over TAIL_THRESHOLD is read in tail
-mode: the first HEAD_BYTES and the last TAIL_BYTES line by line, the middle
-only through a byte-level search for the lines that matter anywhere (inits,
-WARNs, topology; `_ANCHOR`), and then backwards, needle by needle, for the
-last call of every process and communicator the tail does not show. Memory
-stays flat: at most a chunk and a few lines per process are held.
-`parse(..., full=True)` reads every line. gzip and zstd streams cannot be
-tailed and are read whole, with the same flat memory.
+mode: the first HEAD_BYTES and the last TAIL_BYTES line by line; of the
+middle only what the tail needs, found going backwards chunk by chunk with
+byte searches: the last call of every process and communicator the tail
+does not show, and the init sequence (Init START, topology, Init COMPLETE)
+of each communicator the tail uses whose init the head does not hold. The
+rest of the middle is never read, so the cost does not grow with the file.
+Lines past the head are numbered from the end of the file (-1 is the last
+line; `tail -n N FILE | head -n 1` shows line -N): counting the lines of the
+middle would mean reading it. A warning in the middle, or a communicator
+created there and never used since, is not seen; the tail-mode diagnostic
+says so, and `parse(..., full=True)` reads every line. Memory stays flat: at
+most the tail, a chunk and a few lines per process are held. gzip and zstd
+streams cannot be tailed and are read whole, with the same flat memory.
 
 What the file cannot tell, and what we assume:
 - `[d]` after the pid is a local CUDA device, never a rank.
@@ -60,6 +66,7 @@ from __future__ import annotations
 import bisect
 import collections
 import gzip
+import io
 import os
 import re
 import zlib
@@ -80,12 +87,13 @@ SOURCE = "nccl"
 MAX_LINE = 64 * 1024            # longer lines are skipped with a diagnostic
 MAX_LINE_DIAGNOSTICS = 50       # per kind of problem; then one summary line
 TAIL_THRESHOLD = 64 << 20       # plain files above this are read in tail mode
-HEAD_BYTES = 8 << 20            # tail mode: read whole at the start ...
-TAIL_BYTES = 32 << 20           # ... and at the end
+HEAD_BYTES = 4 << 20            # tail mode: read whole at the start ...
+TAIL_BYTES = 16 << 20           # ... and at the end
 CHUNK = 8 << 20                 # bytes per read
 RECENT_OPS = 8
 MAX_ERRORS = 64                 # per process: the first 16 and the last 48
 MAX_BACK_HOPS = 20000           # tail mode: lines of one process looked at going backwards
+FROM_END = 1 << 62              # tail mode: line k from the end is FROM_END - k inside the reader
 MAX_EVIDENCE = 4096
 
 # ncclDataType_t (src/nccl.h.in); older NCCL stops earlier.
@@ -119,9 +127,6 @@ _END_EVENT = (b"- Init ", b"- Abort ", b"- Destroy ", b"- Revoke ")
 _MASK = re.compile(rb"(?<=opCount )[0-9a-fA-F]+|(?<=busId )[0-9a-fA-F]+|(?<=\[)[0-9a-fA-F]+(?=\])"
                    rb"|0[xX][0-9a-fA-F]+|-?\d[0-9a-fA-F]*")
 _SHAPE = bytes.maketrans(b"0123456789abcdef", b"#" * 16)
-# Tail mode, the middle of the file: every NCCL line except COLL lines past
-# each communicator's first (opCount 0, which ties lazy connections to it).
-_ANCHOR = re.compile(rb"NCCL (?:WARN|INFO (?!\w+: opCount [1-9a-fA-F])|version )")
 _IP = re.compile(r"(?:^|[\s\]:/])(\d{1,3}(?:\.\d{1,3}){3}|[0-9a-fA-F]*:[0-9a-fA-F:]+)<-?\d+>")
 
 
@@ -364,8 +369,10 @@ def _line_start_after(handle, pos: int) -> int:
 
 
 def _read_tail(handle, size: int, reader: "_Reader") -> None:
-    """The head and the tail line by line; the middle through `_ANCHOR`, and
-    then backwards for the last calls the tail does not show."""
+    """The head and the tail line by line; of the middle only what the tail
+    needs: the newest call of every process and communicator the tail does
+    not show, and the init lines of communicators the tail uses. Lines
+    after the head are numbered from the end of the file (`_Reader.out`)."""
     facts = reader.facts
     head_end = _line_start_after(handle, HEAD_BYTES)
     tail_start = _line_start_after(handle, size - TAIL_BYTES)
@@ -376,67 +383,66 @@ def _read_tail(handle, size: int, reader: "_Reader") -> None:
     for line_no, lines in _chunks(_Region(handle, 0, head_end).read, reader):
         reader.feed(lines, line_no)
     head_lines = reader.last_line
-    line_no = head_lines + 1
-    checkpoints: list[tuple[int, int, int]] = []   # (start, end, number of the first line)
-    pos, anchors, in_long_line = head_end, 0, False
-    while pos < tail_start:
-        handle.seek(pos)
-        chunk = handle.read(min(CHUNK, tail_start - pos))
-        cut = chunk.rfind(b"\n") + 1
-        if not cut:  # a whole chunk without a line end: one long line goes on
-            pos += len(chunk)
-            in_long_line = True
-            continue
-        chunk = chunk[:cut]
-        checkpoints.append((pos, pos + cut, line_no))
-        counted = last = 0
-        seen = -1
-        for match in _ANCHOR.finditer(chunk):
-            start = chunk.rfind(b"\n", 0, match.start()) + 1
-            if start == seen:
-                continue
-            seen = start
-            counted += chunk.count(b"\n", last, start)
-            last = start
-            if start == 0 and in_long_line:
-                continue
-            end = chunk.find(b"\n", start)
-            if end - start > MAX_LINE:
-                reader.long_line(line_no + counted)
-                continue
-            anchors += 1
-            reader.feed((chunk[start:end],), line_no + counted)
-        line_no += counted + chunk.count(b"\n", last)
-        in_long_line = False
-        pos += cut
-    tail_first = line_no
-    reader.tail_first = tail_first
-    for number, lines in _chunks(_Region(handle, tail_start, size).read, reader, tail_first):
+    handle.seek(size - 1)
+    if tail_start == size and handle.read(1) != b"\n":  # the last line is longer than the tail, unended
+        tail_start = _line_start_before(handle, size, head_end)
+    if size - tail_start > max(TAIL_BYTES, MAX_LINE):  # ... and too long to read: counted, not read
+        reader.long_line(FROM_END - 1)
+        tail, tail_lines = b"", 1
+    else:
+        handle.seek(tail_start)
+        tail = handle.read(size - tail_start)
+        tail_lines = tail.count(b"\n") + (bool(tail) and not tail.endswith(b"\n"))
+    reader.tail_first = FROM_END - tail_lines
+    for number, lines in _chunks(io.BytesIO(tail).read, reader, reader.tail_first):
         reader.feed(lines, number)
-    found = _search_back(handle, checkpoints, reader)
-    total = reader.last_line
-    facts.lines_read = head_lines + (total - tail_first + 1) + anchors + found
-    facts.diag(0, f"tail mode: read lines 1-{head_lines:,} (the first {head_end / 2**20:.0f} MiB) and "
-                  f"{tail_first:,}-{total:,} (the last {(size - tail_start) / 2**20:.0f} MiB) of "
-                  f"{size / 2**20:,.0f} MiB; of the lines between, the {anchors:,} NCCL lines other than "
-                  f"calls (inits, warnings, topology) and {found:,} last call(s) of processes and communicators "
-                  "the tail does not show; parse with full=True to read every line", "info")
+    del tail
+    found, inits, walked = _search_back(handle, head_end, tail_start, tail_lines, reader)
+    reader.last_line = FROM_END - 1
+    facts.lines_read = head_lines + tail_lines + found + inits
+    mib = 2 ** 20
+    middle = tail_start - head_end
+    facts.diag(0, f"tail mode: read lines 1-{head_lines:,} (the first {head_end / mib:.0f} MiB) and the last "
+                  f"{tail_lines:,} lines (the last {(size - tail_start) / mib:.0f} MiB) of {size / mib:,.0f} MiB, "
+                  "whose line numbers count back from the end of the file (-1 is the last line: "
+                  "`tail -n N FILE | head -n 1` shows line -N); of the "
+                  f"{middle / mib:,.0f} MiB between, {walked / mib:,.0f} MiB were searched backwards for "
+                  f"{found:,} last call(s) of processes and communicators the tail does not show and "
+                  f"{inits:,} init line(s) of communicators it uses; warnings and other lines there are not "
+                  "read: parse with full=True (--full) to read every line", "info")
 
 
-def _search_back(handle, checkpoints, reader: "_Reader") -> int:
+def _search_back(handle, head_end: int, tail_start: int, tail_lines: int, reader: "_Reader") -> tuple[int, int, int]:
     """Walk the middle backwards, chunk by chunk, for the newest call of each
     (process, communicator pointer) and each process whose newest known call
-    is older than the tail. Needles are `comm <pointer> [nranks=` and
-    `host:pid:`; the search for one stops at its floor, the line of the
-    newest call or init already known. Returns the lines found."""
+    is older than the tail, and for the init of each communicator the tail
+    uses whose init was not seen. Needles are `comm <pointer> [nranks=`,
+    `host:pid:` and `comm <pointer> rank `; the search for a call stops at
+    its floor, the line of the newest call or init already known.
+    Returns (calls found, init lines found, bytes read)."""
     by_comm, by_proc = reader.targets()
-    found = 0
+    by_init = reader.init_targets()
+    found = inits = 0
     hops: collections.Counter = collections.Counter()
-    for start, end, first_line in reversed(checkpoints):
-        if not by_comm and not by_proc:
-            break
+    end, after = tail_start, tail_lines   # `end` starts a line; `after` lines start at or after it
+    walked = 0
+    while end > head_end and (by_comm or by_proc or by_init):
+        start = max(head_end, end - CHUNK)
         handle.seek(start)
         chunk = handle.read(end - start)
+        walked += len(chunk)
+        if start > head_end:
+            cut = chunk.find(b"\n") + 1   # >= 1: the byte before `end` ends a line
+            if cut == len(chunk):  # a line longer than a chunk ends here: counted, not read
+                start = _line_start_before(handle, start, head_end)
+                after += 1
+                end = start
+                continue
+            chunk, start = chunk[cut:], start + cut
+        lines_here = chunk.count(b"\n")
+        first_line = FROM_END - after - lines_here
+        after += lines_here
+        end = start
         for at, ptr in _pointer_hits(chunk, by_comm):
             owners = by_comm[ptr]
             line_start = chunk.rfind(b"\n", 0, at) + 1
@@ -474,12 +480,71 @@ def _search_back(handle, checkpoints, reader: "_Reader") -> int:
                         found += 1
                     del by_proc[key]
                 elif hops[key] > MAX_BACK_HOPS:
-                    reader.facts.diag(first_line, "tail mode: stopped looking back for the last call of "
-                                                  f"{_text(needle[:-1])} after {MAX_BACK_HOPS:,} of its lines; "
-                                                  "parse with full=True", "info")
+                    reader.facts.diag(reader.out(first_line), "tail mode: stopped looking back for the last "
+                                      f"call of {_text(needle[:-1])} after {MAX_BACK_HOPS:,} of its lines; "
+                                      "parse with full=True", "info")
                     del by_proc[key]
                 at = line_start
-    return found
+        for ptr, keys in list(by_init.items()):
+            inits += _find_inits(chunk, first_line, ptr, keys, reader)
+            if not keys:
+                del by_init[ptr]
+    return found, inits, walked
+
+
+def _find_inits(chunk: bytes, first_line: int, ptr: bytes, keys: set, reader: "_Reader") -> int:
+    """The newest init line of `ptr` in `chunk` for each process in `keys`
+    (found ones leave `keys`), fed to the reader with the lines of its init
+    sequence before it (Init START, topology) that the chunk holds."""
+    needle = b"comm " + ptr + b" rank "
+    fed = 0
+    at = len(chunk)
+    while keys:
+        at = chunk.rfind(needle, 0, at)
+        if at < 0:
+            return fed
+        line_start = chunk.rfind(b"\n", 0, at) + 1
+        line_end = chunk.find(b"\n", at)
+        line_end = len(chunk) if line_end < 0 else line_end
+        line = chunk[line_start:line_end]
+        key = next((k for k in keys if k + b":" in line), None)
+        if key is None or b"- Init " not in line:
+            at = line_start
+            continue
+        keys.discard(key)
+        # The init sequence: back to this pointer's Init START (or 256 KiB)
+        # on this process, then forward, without calls (already known).
+        begin = max(0, line_start - (256 << 10))
+        start_at = chunk.rfind(needle, begin, line_start)
+        while start_at >= 0:
+            start_line = chunk.rfind(b"\n", 0, start_at) + 1
+            candidate = chunk[start_line:chunk.find(b"\n", start_at)]
+            if key + b":" in candidate and b"Init START" in candidate:
+                begin = start_line
+                break
+            start_at = chunk.rfind(needle, begin, start_line)
+        else:
+            begin = chunk.find(b"\n", begin) + 1 if begin else 0
+        number = first_line + chunk.count(b"\n", 0, begin)
+        for offset, text in enumerate(chunk[begin:line_end].split(b"\n")):
+            if key + b":" in text and b": opCount " not in text:
+                reader.feed_older(text, number + offset)
+                fed += 1
+        at = line_start
+    return fed
+
+
+def _line_start_before(handle, pos: int, floor: int) -> int:
+    """Where the line holding byte `pos - 1` starts (not before `floor`)."""
+    while pos > floor:
+        step = max(floor, pos - (1 << 20))
+        handle.seek(step)
+        block = handle.read(pos - step)
+        newline = block.rfind(b"\n")
+        if newline >= 0:
+            return step + newline + 1
+        pos = step
+    return floor
 
 
 _POINTER_HIT = re.compile(rb"comm (0x[0-9a-fA-F]+) \[nranks=")
@@ -1001,6 +1066,18 @@ class _Reader:
         self.coll_lines += calls
         self.line_seen = number
 
+    def out(self, number: int) -> int:
+        """A line number as reports show it: from the start of the file, or,
+        in tail mode past the head, negative, counted back from its end."""
+        return number - FROM_END if number > FROM_END >> 1 else number
+
+    def feed_older(self, line: bytes, number: int) -> None:
+        """One line from before the tail (tail mode: an init sequence found
+        going backwards), read like any other but never as a call."""
+        seen = self.line_seen
+        self.feed((line,), number)
+        self.line_seen = seen
+
     def _slow(self, line: bytes, number: int) -> None:
         if b"\x1b" in line or b"\x00" in line or b"\r" in line:
             for part in _clean(line):
@@ -1042,7 +1119,7 @@ class _Reader:
             elif kind == "comm_summary":
                 self._tid_event(proc.key, read.tid, number, fields["comm"].lower(), "summary")
             elif kind in ("ring_dump", "ring", "link", "trees"):
-                self._topology_line(proc, number, read.tid, kind, fields)
+                self._topology_line(proc, number, seg, read.tid, kind, fields)
             elif kind == "version":
                 proc.version = fields["version"]
             elif kind == "address":
@@ -1058,12 +1135,12 @@ class _Reader:
             if not pid.isdigit() or not host:
                 self._bad(number, line, "unreadable NCCL prefix")
                 return None
-            proc = self.procs[key] = _Proc(key, Evidence(self.display, number, _text(line)))
+            proc = self.procs[key] = _Proc(key, Evidence(self.display, self.out(number), _text(line)))
         if layout.rank is not None and proc.rank is None:
             value = line[layout.rank]
             if value.isdigit():
                 proc.rank = int(value)
-                proc.rank_evidence = Evidence(self.display, number, _text(line))
+                proc.rank_evidence = Evidence(self.display, self.out(number), _text(line))
         if layout.local is not None and proc.local is None and line[layout.local].isdigit():
             proc.local = int(line[layout.local])
         return proc
@@ -1072,27 +1149,28 @@ class _Reader:
         self.bad += 1
         self.bad_last = number
         if self.bad <= MAX_LINE_DIAGNOSTICS:
-            self.facts.diag(number, f"{reason}: {_show(data)}")
+            self.facts.diag(self.out(number), f"{reason}: {_show(data)}")
 
     def long_line(self, number: int) -> None:
         self.long += 1
         self.long_last = number
         if self.long <= MAX_LINE_DIAGNOSTICS:
-            self.facts.diag(number, f"line longer than {MAX_LINE // 1024} KiB: skipped")
+            self.facts.diag(self.out(number), f"line longer than {MAX_LINE // 1024} KiB: skipped")
 
     # -- messages
 
     def _comm_event(self, proc: _Proc, number: int, seg: bytes, tid: int, f: dict) -> None:
         ptr = f["comm"].lower()
         rank, nranks = int(f["rank"]), int(f["nranks"])
-        evidence = Evidence(self.display, number, _text(seg))
+        evidence = Evidence(self.display, self.out(number), _text(seg))
         if f["event"] != "Init":
             self._error(proc, _Err(number, evidence, f"{f['event']} {f['phase']}", comm=ptr))
             return
         group, shared = self._init_group(proc, ptr, f, number)
         history = self.history.setdefault((proc.key, ptr), [])
-        if not history or history[-1][1] != group:
-            history.append((number, group, shared))
+        index = bisect.bisect_right(history, number, key=lambda item: item[0])
+        if not index or history[index - 1][1] != group:  # lines come in file order, but for tail mode's
+            history.insert(index, (number, group, shared))  # init sequences found going backwards
         proc.inits[ptr] = (number, evidence)
         self.inits.append(_Init(number, proc.key, ptr, group, f["phase"], rank, nranks, evidence))
         if shared:
@@ -1128,9 +1206,13 @@ class _Reader:
         return group, shared
 
     def _tid_event(self, key: bytes, tid: int, number: int, ptr: str, phase: str) -> None:
-        self.tid_events.setdefault((key, tid), []).append((number, ptr, phase))
+        events = self.tid_events.setdefault((key, tid), [])
+        if events and events[-1][0] > number:  # tail mode: an init sequence from before the tail
+            bisect.insort(events, (number, ptr, phase), key=lambda event: event[0])
+        else:
+            events.append((number, ptr, phase))
 
-    def _topology_line(self, proc: _Proc, number: int, tid: int, kind: str, f: dict) -> None:
+    def _topology_line(self, proc: _Proc, number: int, seg: bytes, tid: int, kind: str, f: dict) -> None:
         if kind == "ring_dump":
             data = (int(f["channel"]), tuple(int(r) for r in f["ranks"]), bool(f["cut"]))
         elif kind == "ring":
@@ -1142,9 +1224,10 @@ class _Reader:
             data = tuple(tuple(int(x) for x in tree) for tree in f["trees"])
         newest = proc.recent[-1] if proc.recent else None
         context = None
-        if newest is not None:
+        if newest is not None and newest[0] < number:
             context = (newest[0], newest[1][newest[2].comm].decode("ascii", "replace").lower())
-        self.topo_items.append((proc.key, tid, number, context, kind, data))
+        text = _text(seg) if kind in ("ring_dump", "ring") else ""
+        self.topo_items.append((proc.key, tid, number, context, kind, data, text))
 
     def _warn(self, proc: _Proc, number: int, seg: bytes, tid: int, kind: str, f: dict) -> None:
         ranks: tuple = ()
@@ -1153,7 +1236,7 @@ class _Reader:
         events = self.tid_events.get((proc.key, tid))
         in_init = events[-1][1] if events and events[-1][2] in ("START", "summary") else ""
         comm = (f.get("comm") or in_init).lower()
-        self._error(proc, _Err(number, Evidence(self.display, number, _text(seg)), kind,
+        self._error(proc, _Err(number, Evidence(self.display, self.out(number), _text(seg)), kind,
                                _ip(f.get("peer")), ranks, comm))
 
     def _error(self, proc: _Proc, error: _Err) -> None:
@@ -1165,6 +1248,18 @@ class _Reader:
         proc.late_errors.append(error)
 
     # -- tail mode
+
+    def init_targets(self) -> dict[bytes, set]:
+        """{pointer: {process}}: communicators the tail's calls use whose
+        init line was not seen, when the file has init lines at all."""
+        if not self.inits:
+            return {}
+        wanted: dict[bytes, set] = {}
+        for key, proc in self.procs.items():
+            for ptr in proc.by_comm:
+                if ptr.decode("ascii", "replace").lower() not in proc.inits:
+                    wanted.setdefault(ptr, set()).add(key)
+        return wanted
 
     def targets(self) -> tuple[dict, dict]:
         """What the backward search looks for: {pointer: {process: floor}}
@@ -1223,6 +1318,7 @@ class _Reader:
         facts = self.facts
         if not self.tail_first:
             facts.lines_read = self.last_line
+        self.inits.sort(key=lambda init: init.line)
         world = max((init.nranks for init in self.inits), default=0)
         world_rank: dict[tuple, int] = {}
         stated: set[tuple] = set()
@@ -1251,7 +1347,7 @@ class _Reader:
             proc = self.procs[key]
             return proc.rank if proc.rank is not None else world_rank.get(key)
 
-        for proc in sorted(self.procs.values(), key=lambda p: p.first.line):
+        for proc in sorted(self.procs.values(), key=lambda p: (p.first.line < 0, p.first.line)):
             facts.records.append(self._record_of(proc, global_rank, by_ip, sizes, world))
         self.topology = self._build_topology()
         self._notes()
@@ -1316,7 +1412,7 @@ class _Reader:
         return CommOp(op=name, group=self._group_at(proc.key, f["comm"].lower(), number)[0], seq=seq,
                       state="scheduled", peers=(root,) if name in ("send", "recv") else (),
                       sizes=((count,),), dtype=_dtype(dtype),
-                      evidence=Evidence(self.display, number, _text(line)))
+                      evidence=Evidence(self.display, self.out(number), _text(line)))
 
     def _topology_comm(self, key: bytes, tid: int, number: int, context) -> str | None:
         """The pointer of the communicator a topology line belongs to (see the module docs)."""
@@ -1339,12 +1435,15 @@ class _Reader:
     def _build_topology(self) -> dict:
         topo: dict[str, dict] = {}
         lost = 0
-        for key, tid, number, context, kind, data in self.topo_items:
+        cited: dict[tuple, Evidence] = {}   # (group, channel) → the first line that shows its ring
+        for key, tid, number, context, kind, data, text in self.topo_items:
             ptr = self._topology_comm(key, tid, number, context)
             if ptr is None:
                 lost += 1
                 continue
             group = self._group_at(key, ptr, number)[0]
+            if text and (group, data[0]) not in cited:
+                cited[(group, data[0])] = Evidence(self.display, self.out(number), text)
             comm = topo.setdefault(group, {"nranks": None, "rings": {}, "ring_neighbours": {},
                                            "channel_neighbours": {}, "trees": {}, "links": set()})
             if kind == "ring_dump":
@@ -1365,14 +1464,18 @@ class _Reader:
             comm["links"] = sorted(comm["links"], key=lambda link: link[:4])
         if lost:
             self.facts.diag(0, f"{lost:,} topology line(s) could not be tied to a communicator", "info")
+        for group, comm in topo.items():
+            if group.startswith("nccl:"):  # shared ids only: per-process ones have no members
+                for channel, ring in comm["rings"].items():
+                    self.facts.rings.append((group, channel, tuple(ring), cited.get((group, channel))))
         return topo
 
     def _notes(self) -> None:
         facts = self.facts
         if self.bad > MAX_LINE_DIAGNOSTICS:
-            facts.diag(self.bad_last, f"{self.bad - MAX_LINE_DIAGNOSTICS:,} more unreadable NCCL lines")
+            facts.diag(self.out(self.bad_last), f"{self.bad - MAX_LINE_DIAGNOSTICS:,} more unreadable NCCL lines")
         if self.long > MAX_LINE_DIAGNOSTICS:
-            facts.diag(self.long_last, f"{self.long - MAX_LINE_DIAGNOSTICS:,} more lines longer than "
+            facts.diag(self.out(self.long_last), f"{self.long - MAX_LINE_DIAGNOSTICS:,} more lines longer than "
                                        f"{MAX_LINE // 1024} KiB skipped")
         if not self.procs:
             facts.diag(0, "no NCCL lines" if not self.bad else "no readable NCCL lines")
@@ -1386,7 +1489,7 @@ class _Reader:
         unfinished = [init for init in phase.values() if init.phase == "START"]
         for init in unfinished[:MAX_LINE_DIAGNOSTICS]:
             proc = self.procs[init.key]
-            facts.diag(init.line, f"{proc.host}:{proc.pid}: init of communicator {init.group} (rank {init.rank} "
+            facts.diag(self.out(init.line), f"{proc.host}:{proc.pid}: init of communicator {init.group} (rank {init.rank} "
                                   f"of {init.nranks}) started and never completed", "info")
         if len(unfinished) > MAX_LINE_DIAGNOSTICS:
             facts.diag(0, f"{len(unfinished) - MAX_LINE_DIAGNOSTICS:,} more communicator inits never "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 
 from .. import stackclasses
@@ -11,6 +12,7 @@ from ..ranges import compact
 PER_RANK_LIMIT = 32
 DIAGNOSTICS_SHOWN = 10
 WAITS_SHOWN = 64
+_FROM_END = re.compile(r"\S:-\d")  # a citation `path:-N` (tail mode)
 
 
 def render(report, lang: str = "en") -> str:
@@ -68,7 +70,14 @@ def render(report, lang: str = "en") -> str:
             out.append(f"  {where}: {diag.message}")
         if len(problems) > DIAGNOSTICS_SHOWN:
             out.append(f"  … {len(problems) - DIAGNOSTICS_SHOWN} more (--format json lists all)")
-    return "\n".join(out) + "\n"
+    text = "\n".join(out) + "\n"
+    if _FROM_END.search(text):
+        text += ("\n行号为负数表示从文件末尾倒数（-1 是最后一行，`tail -n N 文件 | head -n 1` 显示第 -N 行）："
+                 "大日志只读取开头和结尾，中间部分不计行数。\n" if zh else
+                 "\nNegative line numbers count back from the end of the file (-1 is the last line; "
+                 "`tail -n N FILE | head -n 1` shows line -N): big logs are read from the tail, and the "
+                 "lines of the middle are not counted.\n")
+    return text
 
 
 def _describe(report, rank, state):
