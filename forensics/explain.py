@@ -7,11 +7,13 @@ do next. Deterministic: the same report gives the same words.
 
 from __future__ import annotations
 
+from . import topology
 from .model import path_label
 from .ranges import compact
 
 LANGS = ("en", "zh")
 MAX_EVIDENCE = 6
+RING_VERDICTS = ("missing_rank", "dead_rank", "network_fault")
 
 _HEADLINE = {
     "deadlock": ("Deadlock: ranks {ranks} wait on each other in a cycle ({cycle}).",
@@ -119,6 +121,10 @@ def narrative(report, lang: str = "en") -> str:
     why = _WHY.get(lead.kind)
     if why:
         lines.append(why[1 if zh else 0])
+    if report.verdict in RING_VERDICTS:  # the links a stalled rank sits on, from NCCL's rings
+        for rank in report.culprit_ranks[:3]:
+            lines.extend(topology.describe(link, zh)
+                         for link in topology.ring_links(report.incident, rank)[:topology.MAX_GROUPS])
     if report.decided_by:
         reasons = "; ".join(_signal_text(s, zh) for s in report.decided_by[:3])
         lines.append(f"{labels['decided']}: {reasons}.")

@@ -312,10 +312,29 @@ class RankState:
 
 
 @dataclass(frozen=True, slots=True)
+class Ring:
+    """One channel's ring of a communicator, as NCCL's init lines print it:
+    `order` in global ranks, each sending to the next (the last to the first)."""
+
+    channel: int
+    order: tuple[int, ...]
+    evidence: Evidence | None = None
+
+    def neighbours(self, rank: int) -> tuple[int, int] | None:
+        """(the rank it receives from, the rank it sends to)."""
+        if rank not in self.order or len(self.order) < 2:
+            return None
+        at = self.order.index(rank)
+        return self.order[at - 1], self.order[(at + 1) % len(self.order)]
+
+
+@dataclass(frozen=True, slots=True)
 class ProcessGroup:
     id: str
     name: str = ""
     ranks: tuple[int, ...] = ()
+    # NCCL ring channels (lowest channel first), where logs show them.
+    rings: tuple[Ring, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

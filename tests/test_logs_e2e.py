@@ -74,3 +74,43 @@ def test_zstd_and_gzip_logs_read_like_plain_ones(run_cli, tmp_path):
             return {r: (v["state"], v["op"], v["seq"], v["evidence"]["line"]) for r, v in report["ranks"].items()}
         assert facts(same) == facts(plain_console) and len(facts(same)) == 2
         assert [r["lines"] for r in same["read"]] == [r["lines"] for r in plain_console["read"]]
+
+
+def test_the_report_names_the_ring_links_of_the_rank_everyone_waits_for(run_cli, tmp_path):
+    """NCCL's init lines give each channel's ring; the report says where the
+    awaited rank sits on it (whom it receives from, whom it sends to), per
+    communicator, citing the line that states the ring. Channel 0 of the
+    world communicator is rewritten to a ring that is not 0..7, so the
+    neighbours come from the ring, not from rank arithmetic."""
+    import re
+
+    logs = tmp_path / "logs"
+    generate(str(logs), ranks=8, size=128 << 10, stop_rank=5, stop_at=0.6, per_rank_files=True)
+    order = [0, 2, 4, 6, 1, 3, 5, 7]
+    for path in logs.iterdir():
+        text = path.read_text()
+        text = text.replace("Channel 00/02 : 0 1 2 3 4 5 6 7", "Channel 00/02 : " + " ".join(map(str, order)))
+
+        def ring_line(match):
+            me = int(match.group(2))
+            at = order.index(me)
+            return f"Ring 00 : {order[at - 1]} -> {me} -> {order[(at + 1) % 8]}"
+        text = re.sub(r"Ring 00 : (\d+) -> (\d+) -> (\d+)", ring_line, text, count=1)
+        path.write_text(text)
+    report = json.loads(run_cli("analyze", logs, "--hung", "-f", "json").stdout)
+    assert report["verdict"] == "missing_rank" and report["culprit_ranks"] == [5]
+    links = report["ranks"]["5"]["ring_links"]
+    world = [link for link in links if link["ranks"] == 8]
+    assert [(link["channels"], link["receives_from"], link["sends_to"]) for link in world] == [
+        ([0], 3, 7), ([1], 4, 6)]
+    for link in world:
+        cited = link["evidence"]
+        lines = (logs / cited["path"]).read_text().split("\n")
+        assert lines[cited["line"] - 1].strip() == cited["text"]
+    assert "Channel 00/02 : 0 2 4 6 1 3 5 7" in world[0]["evidence"]["text"]
+    narrative = report["root_cause"]["narrative"]
+    assert "rank 5 receives from 3 and sends to 7" in narrative and "passes 3 → 5 → 7" in narrative
+    zh = json.loads(run_cli("analyze", logs, "--hung", "-f", "json", "--lang", "zh").stdout)
+    assert "从 3 接收、向 7 发送" in zh["root_cause"]["narrative"]
+    # Only the awaited rank carries its links.
+    assert all("ring_links" not in entry for rank, entry in report["ranks"].items() if rank != "5")

@@ -205,6 +205,7 @@ def merge(facts: list[Facts], artifacts: tuple = (), diagnostics=()) -> Incident
     dumps: list[m.ProcessDump] = []
     records: list[m.ProcessRecord] = []
     comm_members: list = []
+    rings: list = []
     stated = PidMap()
     for index in order:
         item = facts[index]
@@ -213,6 +214,7 @@ def merge(facts: list[Facts], artifacts: tuple = (), diagnostics=()) -> Incident
         dumps.extend(item.processes)
         records.extend(item.records)
         comm_members.extend(item.comm_members)
+        rings.extend(item.rings)
         for host, pid, rank, evidence in item.pid_ranks:
             stated.add(host, pid, rank, evidence.cite())
         for state in item.ranks:
@@ -236,6 +238,8 @@ def merge(facts: list[Facts], artifacts: tuple = (), diagnostics=()) -> Incident
         ranks[rank] = _combine(ranks.get(rank), _state_from_dumps(rank, rank_dumps))
     if records or comm_members:
         _merge_records(records, comm_members, stated, learned, ranks, groups, diagnostics)
+    if rings:
+        _attach_rings(rings, groups)
     _check_references(ranks, groups, diagnostics)
     read = tuple(m.ReadStats(f.path, f.kind, f.lines_read, f.unrecognized) for f in facts)
     return Incident(ranks=dict(sorted(ranks.items())), groups=groups, artifacts=tuple(artifacts),
@@ -256,6 +260,20 @@ def _merge_records(records, comm_members, stated, learned, ranks, groups, diagno
         groups.setdefault(gid, group)
     for rank in sorted(placed):
         ranks[rank] = state_from_records(rank, placed[rank], ranks.get(rank), groups)
+
+
+def _attach_rings(rings, groups) -> None:
+    """NCCL rings (communicator ranks) onto their groups, in global ranks,
+    one per channel; only for groups whose every member is known."""
+    by_group: dict[str, dict[int, m.Ring]] = {}
+    for gid, channel, order, evidence in rings:
+        group = groups.get(gid)
+        if group is None or sorted(order) != list(range(len(group.ranks))) or len(order) < 2:
+            continue
+        by_group.setdefault(gid, {}).setdefault(
+            channel, m.Ring(channel, tuple(group.ranks[r] for r in order), evidence))
+    for gid, channels in by_group.items():
+        groups[gid] = replace(groups[gid], rings=tuple(channels[c] for c in sorted(channels)))
 
 
 def _state_from_dumps(rank: int, dumps: list[m.ProcessDump]) -> m.RankState:

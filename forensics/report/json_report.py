@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from .. import stackclasses
+from .. import stackclasses, topology
 from ..model import node_label
 
 SCHEMA = "forensics.report/1"
@@ -17,6 +17,7 @@ def node_json(node):
 
 def to_dict(report, lang: str = "en") -> dict:
     analysis = report.analysis
+    culprits = set(report.culprit_ranks)
     ranks = {}
     for rank, state in report.incident.ranks.items():
         op = state.current_op
@@ -37,6 +38,10 @@ def to_dict(report, lang: str = "en") -> dict:
             entry["why"] = state.why
         if state.evidence:
             entry["evidence"] = state.evidence.to_json()
+        if rank in culprits:
+            links = topology.ring_links(report.incident, rank)
+            if links:
+                entry["ring_links"] = [link.to_json() for link in links]
         ranks[str(rank)] = entry
     root = report.root_cause
     return {
