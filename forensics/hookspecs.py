@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .graph import GraphAnalysis
     from .ingest.facts import Facts
     from .model import Artifact, Finding, Incident, WaitEdge
+    from .ruledocs import RuleDoc
 
 PROJECT = "forensics"
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -78,3 +79,11 @@ def forensics_graph_findings(incident: "Incident", analysis: "GraphAnalysis") ->
     (`analysis.cycles`), nodes that can never progress (`analysis.stuck`),
     dead ranks waited on (`analysis.dead_awaited`) and the ranks everyone
     waits for (`analysis.sinks`)."""
+
+
+@hookspec
+def forensics_rules() -> "Iterable[RuleDoc] | None":
+    """Describe the rules you implement: one `forensics.ruledocs.RuleDoc`
+    per rule id your findings or edges carry (id, title, severity,
+    explanation and hint, in English and Chinese). `forensics rules list`
+    and the reports show them."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 
 from ..hookspecs import hookimpl
+from ..ruledocs import RuleDoc
 from ..model import UNIDENTIFIED_GROUP, Finding, group_id
 from ..ranges import compact as _ranks
 
@@ -94,3 +95,19 @@ def _show(value, field):
     if field == "sizes":
         return "sizes " + str([list(x) for x in value])
     return str(value)
+
+RULES = (RuleDoc(
+    ID, "Collective mismatch", "集合通信失配", "error",
+    "Members of one process group at the same position (sequence number) call different collectives, "
+    "or the same collective with different sizes or dtypes: one rank calls a collective the others "
+    "skip (`if rank == 0: all_reduce()`), or uneven shards end one rank's loop early. Every position "
+    "is compared, not only the first; a disagreement in calls that all completed is a warning.",
+    "同一进程组的成员在相同位置（序号）调用了不同的集合通信，或同一集合通信的大小、dtype 不同："
+    "某个 Rank 调用了其他 Rank 跳过的集合通信（`if rank == 0: all_reduce()`），或数据分片不均使某个 Rank "
+    "提前结束循环。比较所有位置而不仅是第一个；已全部完成的调用之间的不一致记为警告。",
+    HINT, HINT_ZH, kinds=(KIND,), source=__name__),)
+
+
+@hookimpl
+def forensics_rules():
+    return RULES

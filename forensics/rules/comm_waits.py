@@ -8,6 +8,7 @@ receive from any source waits on any one member (OR)."""
 from __future__ import annotations
 
 from ..hookspecs import hookimpl
+from ..ruledocs import RuleDoc
 from ..model import AND, OR, UNIDENTIFIED_GROUP, WaitEdge, group_id
 from ._semantics import describe_op, has_arrived, rank_evidence
 
@@ -59,3 +60,17 @@ def forensics_wait_edges(incident):
                                           + ("" if semantics == AND else " (peer not in the dump: any of them)"),
                                           ID, evidence))
     return edges
+
+RULES = (RuleDoc(
+    ID, "Waits implied by communication calls", "通信调用隐含的等待", "info",
+    "A rank blocked in a collective waits for every member of its group that has not arrived at the "
+    "same (group, seq) (AND); a send waits for its destination's matching recv, a recv for its source; "
+    "a receive from any source waits for any one member (OR).",
+    "阻塞在集合通信中的 Rank 等待组内所有尚未到达相同 (group, seq) 的成员（AND）；send 等待目标 Rank 的"
+    "匹配 recv，recv 等待源 Rank；任意源的接收等待任意一个成员（OR）。",
+    kinds=(), emits=("edges",), source=__name__),)
+
+
+@hookimpl
+def forensics_rules():
+    return RULES

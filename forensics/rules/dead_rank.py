@@ -4,6 +4,7 @@ process has exited or crashed. It will never arrive."""
 from __future__ import annotations
 
 from ..hookspecs import hookimpl
+from ..ruledocs import RuleDoc
 from ..model import Finding
 from ..ranges import compact
 
@@ -27,3 +28,16 @@ def forensics_graph_findings(incident, analysis):
         f"Rank {compact(dead)} has exited, and {waiting} rank(s) wait on it; they can never proceed.",
         evidence, HINT,
         f"Rank {compact(dead)} 已退出，另有 {waiting} 个 Rank 在等待它，永远无法继续。", HINT_ZH)]
+
+RULES = (RuleDoc(
+    ID, "Dead rank", "成员已退出", "error",
+    "Live ranks wait, directly or through others, on a rank whose process exited or crashed (an exit "
+    "code, a signal, `Terminating the process`, a launcher's failure summary). It will never arrive.",
+    "存活的 Rank 直接或间接地等待一个进程已退出或崩溃的 Rank（退出码、信号、`Terminating the process`、"
+    "启动器的失败汇总）。它永远不会到来。",
+    HINT, HINT_ZH, kinds=("dead_rank",), source=__name__),)
+
+
+@hookimpl
+def forensics_rules():
+    return RULES

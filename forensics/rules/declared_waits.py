@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from ..hookspecs import hookimpl
+from ..ruledocs import RuleDoc
 from ..model import AND, OR, WaitEdge
 from ._semantics import describe_op, has_arrived, rank_evidence
 
@@ -41,3 +42,15 @@ class ExactDeclaredWaits:
                 for rank, state in incident.ranks.items()
                 for awaited in state.declared_waits or ()
                 if awaited != rank]
+
+RULES = (RuleDoc(
+    ID, "Waits an artifact states", "产物声明的等待", "info",
+    "Waits stated outright by an artifact (a watchdog snapshot's `waiting_for_ranks`), minus those the "
+    "other side has already satisfied.",
+    "产物直接声明的等待（watchdog 快照中的 `waiting_for_ranks`），去掉对方已经满足的部分。",
+    kinds=(), emits=("edges",), source=__name__),)
+
+
+@hookimpl
+def forensics_rules():
+    return RULES

@@ -9,6 +9,7 @@ user's --hung. Without it the rule says, as info, who the others wait for."""
 from __future__ import annotations
 
 from ..hookspecs import hookimpl
+from ..ruledocs import RuleDoc
 from ..model import Finding
 from ..ranges import compact
 from ._semantics import describe_op
@@ -58,3 +59,30 @@ def forensics_graph_findings(incident, analysis):
         evidence, HINT,
         f"{len(analysis.waiting)} 个 Rank 在等待 Rank {compact(sinks)}（{', '.join(described)}）；单个快照中这属于正常推进。"
         f"若作业确实卡住，请加 --hung 重新分析。", HINT_ZH)]
+
+RULES = (
+    RuleDoc(
+        ID, "Missing rank", "成员缺失", "error",
+        "Ranks wait in a call that a live rank has not joined: it computes, loads data, writes a "
+        "checkpoint, or left the loop early. In one snapshot of a healthy job that is progress, so it "
+        "is an error only with evidence that the job is stuck (a watchdog timeout, an op past its "
+        "timeout, no progress between two snapshots, or --hung).",
+        "多个 Rank 在等待一个仍存活、却没有进入该调用的 Rank：它在计算、加载数据、写 Checkpoint，或提前"
+        "退出了循环。健康作业的单次快照中这属于正常推进，因此只有在有卡住证据时（watchdog 超时、操作超过"
+        "超时时间、两次快照之间无进展，或 --hung）才记为错误。",
+        HINT, HINT_ZH, kinds=("missing_rank",), source=__name__),
+    RuleDoc(
+        "waiting-on-progressing-rank", "Waiting on a rank that is still working", "等待仍在工作的 Rank",
+        "info",
+        "Without evidence of a hang, ranks waiting for a rank that is busy elsewhere are reported as "
+        "information: who the others wait for, in case the job is in fact stuck.",
+        "没有卡住证据时，等待一个正忙于其他工作的 Rank 只作为提示：说明其他 Rank 在等谁，以防作业其实已卡住。",
+        "If the job is stuck, rerun with --hung (or collect a second snapshot).",
+        "如果作业确实卡住，加 --hung 重新分析（或再采集一次快照）。",
+        kinds=("waiting_on_progressing_rank",), source=__name__),
+)
+
+
+@hookimpl
+def forensics_rules():
+    return RULES

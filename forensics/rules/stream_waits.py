@@ -10,6 +10,7 @@ nodes are cross-stream deadlocks even when no rank-level cycle exists.
 from __future__ import annotations
 
 from ..hookspecs import hookimpl
+from ..ruledocs import RuleDoc
 from ..model import AND, WaitEdge, stream_node
 
 ID = "stream-waits"
@@ -50,3 +51,16 @@ def forensics_wait_edges(incident):
                 f"{owner}:{event.recorded_on}", ID,
                 evidence + ((event.evidence,) if event.evidence and event.evidence not in evidence else ())))
     return edges
+
+RULES = (RuleDoc(
+    ID, "Waits between CUDA streams", "CUDA Stream 之间的等待", "info",
+    "CUDA streams are nodes (rank, stream): a stream whose head waits on an event waits on the stream "
+    "that records it; a rank blocked in a collective waits on the stream that runs it.",
+    "CUDA Stream 作为节点 (rank, stream)：队首在等待某个 Event 的 Stream 等待记录该 Event 的 Stream；"
+    "阻塞在集合通信中的 Rank 等待运行该通信的 Stream。",
+    kinds=(), emits=("edges",), source=__name__),)
+
+
+@hookimpl
+def forensics_rules():
+    return RULES

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from ..graph import edges_between
 from ..hookspecs import hookimpl
+from ..ruledocs import RuleDoc
 from ..model import Finding, node_label, node_rank, path_label
 from ..ranges import compact
 from ._semantics import describe_op, rank_evidence
@@ -78,3 +79,39 @@ def forensics_graph_findings(incident, analysis):
             tuple(evidence), hint,
             f"循环等待 {path}：" + "；".join(steps_zh) + "。环上任何一方都无法继续（死锁）。", hint_zh))
     return findings
+
+RULES = (
+    RuleDoc(
+        "p2p-circular-wait", "P2P circular wait", "点对点循环等待", "error",
+        "Blocking send/recv calls wait on each other around a cycle of any length: rank 0 sends to 1 "
+        "while 1 sends to 0 (both wait for a matching recv that is never posted), or a pipeline ring "
+        "where every stage receives before it sends. No rank outside the cycle can release it.",
+        "阻塞的 send/recv 沿一个环互相等待（任意长度）：Rank 0 向 1 send 的同时 1 也向 0 send（双方都在等"
+        "永远不会到来的 recv），或流水线环中每个 stage 都先 recv 后 send。环外任何 Rank 都无法解开它。",
+        HINTS["p2p_circular_wait"][0], HINTS["p2p_circular_wait"][1], kinds=("p2p_circular_wait",),
+        source=__name__),
+    RuleDoc(
+        "cross-stream-event-cycle", "Cross-stream event cycle", "跨 Stream 事件循环等待",
+        "error",
+        "A cycle through CUDA streams and events within or across ranks (stream 1 waits for an event "
+        "recorded on stream 2, stream 2 for one recorded on stream 1, collectives on a stream waiting "
+        "for their peers), found on nodes (rank, stream) even when no rank-level cycle exists.",
+        "CUDA Stream 与 Event 在 Rank 内或跨 Rank 构成的环（Stream 1 等待 Stream 2 上 record 的 Event，"
+        "Stream 2 又等待 Stream 1 上的 Event，Stream 上的集合通信还在等待对端）；以 (rank, stream) 为节点，"
+        "即使 Rank 级别没有环也能发现。",
+        HINTS["cross_stream_cycle"][0], HINTS["cross_stream_cycle"][1], kinds=("cross_stream_cycle",),
+        source=__name__),
+    RuleDoc(
+        "wait-for-cycle", "Circular wait across calls or groups", "跨调用或通信组的循环等待", "error",
+        "Ranks wait on each other around a cycle through different collectives or process groups: "
+        "rank 0 waits in group A for rank 1 while rank 1 waits in group B for rank 0, because the ranks "
+        "issued the calls in a different order (launch order inverted across communicators).",
+        "多个 Rank 通过不同的集合通信或通信组构成循环等待：Rank 0 在组 A 中等待 Rank 1，而 Rank 1 在组 B "
+        "中等待 Rank 0——各 Rank 发起调用的顺序不一致（跨通信器的启动顺序颠倒）。",
+        HINTS["circular_wait"][0], HINTS["circular_wait"][1], kinds=("circular_wait",), source=__name__),
+)
+
+
+@hookimpl
+def forensics_rules():
+    return RULES
