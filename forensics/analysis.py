@@ -7,20 +7,10 @@ from dataclasses import dataclass, field
 from . import explain
 from .graph import GraphAnalysis, analyze_graph, build_graph
 from .model import Finding, Incident
+from .ruledocs import catalogue
+from .ranking import VERDICT_OF_KIND, VERDICT_ORDER, link_symptoms, rank_findings
 
-# Verdicts in the order a first cause outranks a symptom.
-VERDICT_OF_KIND = {
-    "p2p_circular_wait": "deadlock",
-    "cross_stream_cycle": "deadlock",
-    "circular_wait": "deadlock",
-    "collective_mismatch": "collective_mismatch",
-    "dead_rank": "dead_rank",
-    "network_fault": "network_fault",
-    "missing_rank": "missing_rank",
-}
-VERDICT_ORDER = ("deadlock", "collective_mismatch", "dead_rank", "network_fault", "missing_rank")
 PROBLEM_VERDICTS = frozenset(VERDICT_ORDER)
-SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 
 
 @dataclass(slots=True)
@@ -42,6 +32,7 @@ class Report:
     analysis: GraphAnalysis
     decided_by: list = field(default_factory=list)  # StuckSignals that made waiting a hang
     diagnostics: list = field(default_factory=list)
+    rules: dict = field(default_factory=dict)  # rule id → RuleDoc, for the findings' titles and docs
 
     @property
     def exit_code(self) -> int:
@@ -55,6 +46,7 @@ def analyze_incident(incident: Incident, plugins) -> Report:
     findings += plugins.call("forensics_graph_findings", incident=incident, analysis=analysis)
     findings = rank_findings(findings)
     verdict, lead = decide(findings, incident, analysis)
+    findings = link_symptoms(findings, lead, analysis.graph)
     # Every finding that bears the verdict contributes: all knots of a
     # deadlock, the minorities of every mismatched group.
     culprits = sorted({r for f in findings if f.severity == "error"
@@ -67,6 +59,7 @@ def analyze_incident(incident: Incident, plugins) -> Report:
         root_cause=root, findings=findings, incident=incident, analysis=analysis,
         decided_by=list(incident.stuck) if verdict == "missing_rank" else [],
         diagnostics=list(incident.diagnostics))
+    report.rules = catalogue(plugins)
     _merge_plugin_diagnostics(report, plugins)
     root.narrative = {lang: explain.narrative(report, lang) for lang in explain.LANGS}
     return report
@@ -75,16 +68,6 @@ def analyze_incident(incident: Incident, plugins) -> Report:
 def _merge_plugin_diagnostics(report: Report, plugins) -> None:
     seen = set(report.diagnostics)
     report.diagnostics.extend(d for d in plugins.diagnostics if d not in seen)
-
-
-def rank_findings(findings: list[Finding]) -> list[Finding]:
-    """First cause first: errors before warnings, verdict-bearing kinds in
-    verdict order, then by rule id and ranks for a deterministic report."""
-    def key(f: Finding):
-        verdict = VERDICT_OF_KIND.get(f.kind)
-        position = VERDICT_ORDER.index(verdict) if verdict else len(VERDICT_ORDER)
-        return (SEVERITY_ORDER.get(f.severity, 3), position, f.rule, f.ranks, f.message)
-    return sorted(findings, key=key)
 
 
 def decide(findings: list[Finding], incident: Incident,

@@ -451,8 +451,20 @@ class Finding:
     hint: str = ""
     message_zh: str = ""
     hint_zh: str = ""
+    # Set by the analysis when this finding is a consequence of the leading
+    # one (its rule id): a peer's socket error after a rank died, ranks
+    # waiting on a deadlocked pair.
+    symptom_of: str = ""
+    # Set when this finding tells more about the leading finding's culprit
+    # ranks (why the missing rank is elsewhere) without bearing a verdict.
+    detail_of: str = ""
 
     def to_json(self) -> dict:
-        return {"rule": self.rule, "kind": self.kind, "severity": self.severity,
-                "ranks": list(self.ranks), "message": self.message, "hint": self.hint,
-                "evidence": [e.to_json() for e in self.evidence]}
+        out = {"rule": self.rule, "kind": self.kind, "severity": self.severity,
+               "ranks": list(self.ranks), "message": self.message, "hint": self.hint,
+               "evidence": [e.to_json() for e in self.evidence]}
+        if self.symptom_of:
+            out["symptom_of"] = self.symptom_of
+        if self.detail_of:
+            out["detail_of"] = self.detail_of
+        return out

@@ -59,7 +59,7 @@ def to_dict(report, lang: str = "en") -> dict:
         "decided_by": [{"kind": s.kind, "detail": s.detail,
                         "evidence": s.evidence.to_json() if s.evidence else None}
                        for s in report.decided_by],
-        "findings": [f.to_json() for f in report.findings],
+        "findings": [_finding(f, report.rules.get(f.rule), lang) for f in report.findings],
         "ranks": ranks,
         "stack_classes": stackclasses.to_json(stackclasses.build(report.incident)),
         "unattributed": [{"dumps": [{"path": d.path, "pid": d.pid, "source": d.source} for d in dumps],
@@ -69,6 +69,17 @@ def to_dict(report, lang: str = "en") -> dict:
                  for r in report.incident.read],
         "diagnostics": [d.to_json() for d in report.diagnostics],
     }
+
+
+def _finding(finding, doc, lang: str) -> dict:
+    out = finding.to_json()
+    if lang == "zh":
+        out["message"] = finding.message_zh or finding.message
+        out["hint"] = finding.hint_zh or finding.hint
+    if doc is not None:
+        title, explanation, _ = doc.text(lang)
+        out["title"], out["explanation"] = title, explanation
+    return out
 
 
 def render(report, lang: str = "en") -> str:

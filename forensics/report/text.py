@@ -49,7 +49,18 @@ def render(report, lang: str = "en") -> str:
         out.append("发现:" if zh else "Findings:")
         for finding in report.findings:
             message = finding.message_zh if zh and finding.message_zh else finding.message
-            out.append(f"  [{finding.severity}] {finding.rule}: {message}")
+            doc = report.rules.get(finding.rule)
+            title = f" ({doc.text('zh' if zh else 'en')[0]})" if doc else ""
+            if finding.detail_of:
+                out.append(f"    ↳ [{finding.severity}] {finding.rule}{title}, "
+                           + (f"说明 {finding.detail_of} 的原因: " if zh else f"why, for {finding.detail_of}: ")
+                           + message)
+            elif finding.symptom_of:
+                out.append(f"    ↳ [{finding.severity}] {finding.rule}{title}, "
+                           + (f"由 {finding.symptom_of} 引起: " if zh else f"a consequence of {finding.symptom_of}: ")
+                           + message)
+            else:
+                out.append(f"  [{finding.severity}] {finding.rule}{title}: {message}")
     unread = [r for r in report.incident.read if r.unrecognized]
     if unread:
         out.append("")
