@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from . import topology
 from .model import path_label
+from .rules._semantics import describe_op
 from .ranges import compact
 
 LANGS = ("en", "zh")
@@ -66,8 +67,43 @@ _WHY = {
         "所有人都进入了同一个调用，说明各 Rank 的调用一致；是它们之间的传输失败了，其他 Rank 上较晚的错误只是第一个错误的连锁反应。"),
 }
 
+# Which of the three ways a communication deadlock forms (the seed's causal
+# chain) a lead finding is — or that it is none of them.
+_CAUSE = {
+    "p2p_circular_wait": ("P2P circular wait — the first of the three ways a communication deadlock forms "
+                          "(P2P circular wait, collective mismatch, cross-stream dependency).",
+                          "点对点循环等待——通信死锁三种成因（点对点循环等待、集合通信失配、跨 Stream 依赖）中的第一种。"),
+    "circular_wait": ("circular wait across calls or groups — a variant of the P2P circular wait, through "
+                      "collectives issued in a different order (of the three: P2P circular wait, collective "
+                      "mismatch, cross-stream dependency).",
+                      "跨调用或通信组的循环等待——点对点循环等待的变体，经由顺序不一致的集合通信"
+                      "（三种成因：点对点循环等待、集合通信失配、跨 Stream 依赖）。"),
+    "collective_mismatch": ("collective mismatch — the second of the three ways a communication deadlock "
+                            "forms (P2P circular wait, collective mismatch, cross-stream dependency).",
+                            "集合通信失配——通信死锁三种成因（点对点循环等待、集合通信失配、跨 Stream 依赖）中的第二种。"),
+    "cross_stream_cycle": ("cross-stream dependency — the third of the three ways a communication deadlock "
+                           "forms (P2P circular wait, collective mismatch, cross-stream dependency).",
+                           "跨 Stream 依赖——通信死锁三种成因（点对点循环等待、集合通信失配、跨 Stream 依赖）中的第三种。"),
+    "missing_rank": ("none of the three deadlock patterns (P2P circular wait, collective mismatch, "
+                     "cross-stream dependency): the waiting ranks agree, one rank is simply elsewhere.",
+                     "不属于三种死锁模式（点对点循环等待、集合通信失配、跨 Stream 依赖）：等待的 Rank 之间是一致的，"
+                     "只是有一个 Rank 在别处。"),
+    "dead_rank": ("none of the three deadlock patterns (P2P circular wait, collective mismatch, cross-stream "
+                  "dependency): a participant is gone.",
+                  "不属于三种死锁模式（点对点循环等待、集合通信失配、跨 Stream 依赖）：有参与方已经不在了。"),
+    "network_fault": ("none of the three deadlock patterns (P2P circular wait, collective mismatch, "
+                      "cross-stream dependency): the calls agree and the transport failed.",
+                      "不属于三种死锁模式（点对点循环等待、集合通信失配、跨 Stream 依赖）：调用一致，是传输层失败。"),
+}
+MAX_PLACES = 4
+_WHO = {"deadlock": "on_cycle", "collective_mismatch": "odd_one", "network_fault": "first_error"}
+
 _LABELS = {
     "en": {"evidence": "Evidence", "next": "Next", "decided": "Judged stuck because",
+           "where": "Where they are", "on_cycle": "On the cycle", "awaited": "Who everyone waits for",
+           "odd_one": "The rank(s) calling something else", "first_error": "Whose error came first",
+           "positions": "What is stuck", "cause": "Cause", "detail": "Why rank {ranks} is there",
+           "knock_on": "Knock-on effects (consequences, not causes)",
            "more": "… and {n} more", "none": "(no file evidence)",
            "healthy": "No hang found: {n} rank(s) examined, none is blocked in a way that cannot resolve.",
            "healthy_wait": " {w} rank(s) are waiting on ranks that are still working, which is normal "
@@ -76,16 +112,22 @@ _LABELS = {
                            "nothing to explain the hang.",
            "inconclusive_empty": "Inconclusive: no rank states were found in the artifacts.",
            "stuck": "{s} of {n} rank(s) can never progress.",
+           "waiting": "{w} of {n} rank(s) wait for others.",
            "all_joined": " {b} rank(s) are inside communication calls that every member has joined, yet "
                          "the job is stuck: suspect the transport (network fault) and collect "
                          "NCCL_DEBUG=INFO logs or Flight Recorder dumps."},
     "zh": {"evidence": "证据", "next": "下一步", "decided": "判定为卡住的依据",
+           "where": "各自所在位置", "on_cycle": "环上的 Rank", "awaited": "所有人在等待谁",
+           "odd_one": "调用与众不同的 Rank", "first_error": "最早出错的 Rank",
+           "positions": "卡在哪里", "cause": "原因类别", "detail": "Rank {ranks} 为何在那里",
+           "knock_on": "连锁反应（是结果，不是原因）",
            "more": "……另有 {n} 条", "none": "（无文件证据）",
            "healthy": "未发现挂起：检查了 {n} 个 Rank，没有 Rank 处于无法解除的阻塞中。",
            "healthy_wait": "其中 {w} 个 Rank 正在等待仍在工作的 Rank，单个快照中这属于正常推进；若作业确实卡住，请加 --hung 重新分析。",
            "inconclusive": "无法判定：产物中没有任何 Rank 在等待其他 Rank，无法解释挂起。",
            "inconclusive_empty": "无法判定：产物中没有找到任何 Rank 的状态。",
            "stuck": "{n} 个 Rank 中有 {s} 个永远无法推进。",
+           "waiting": "{n} 个 Rank 中有 {w} 个在等待其他 Rank。",
            "all_joined": "有 {b} 个 Rank 处于所有成员都已加入的通信调用中，但作业仍然卡住：怀疑是传输层（网络故障），"
                          "请收集 NCCL_DEBUG=INFO 日志或 Flight Recorder dump。"},
 }
@@ -114,20 +156,59 @@ def narrative(report, lang: str = "en") -> str:
     cycle = report.cycles[0] if report.cycles else []
     headline = _HEADLINE.get(lead.kind, _HEADLINE.get(report.verdict, ("{ranks}", "{ranks}")))[1 if zh else 0]
     lines = [headline.format(ranks=compact(report.culprit_ranks), cycle=path_label(cycle))]
-    stuck_ranks = [n for n in report.analysis.stuck if isinstance(n, int)]
-    if stuck_ranks:
-        lines.append(labels["stuck"].format(s=len(stuck_ranks), n=n_ranks))
+    incident = report.incident
+    # What is stuck: where the stuck (or, waiting on a rank that is elsewhere, the waiting) ranks are.
+    stuck_ranks = sorted(n for n in report.analysis.stuck if isinstance(n, int))
+    waiting = sorted(n for n in report.analysis.waiting if isinstance(n, int) and n not in report.culprit_ranks)
+    if stuck_ranks or waiting:
+        if stuck_ranks:
+            text = labels["stuck"].format(s=len(stuck_ranks), n=n_ranks)
+            shown = stuck_ranks if report.verdict == "deadlock" else [r for r in stuck_ranks
+                                                                      if r not in report.culprit_ranks]
+        else:
+            text = labels["waiting"].format(w=len(waiting), n=n_ranks)
+            shown = waiting
+        places = _places(incident, shown, zh)
+        if places:
+            text += ("；".join(places) + "。") if zh else (" " + "; ".join(places) + ".")
+        lines.append(f"{labels['positions']}: {text}")
+    # Who: the culprits, each with where its own code is and the file that shows it.
+    title = labels[_WHO.get(report.verdict, "awaited")]
+    culprits = [r for r in report.culprit_ranks if r in incident.ranks]
+    if culprits:
+        lines.append(f"{title}:")
+        for rank in culprits[:MAX_PLACES]:
+            lines.append("  - " + _whereabouts(incident.ranks[rank], zh))
+        if len(culprits) > MAX_PLACES:
+            lines.append("  " + labels["more"].format(n=len(culprits) - MAX_PLACES))
+    # Why: the chain the lead rule found, what makes it hang, which cause it is.
     lines.append(lead.message_zh if zh and lead.message_zh else lead.message)
     why = _WHY.get(lead.kind)
     if why:
         lines.append(why[1 if zh else 0])
+    cause = _CAUSE.get(lead.kind)
+    if cause:
+        lines.append(f"{labels['cause']}: {cause[1 if zh else 0]}")
+    for finding in report.findings:
+        if finding.detail_of:
+            message = finding.message_zh if zh and finding.message_zh else finding.message
+            lines.append(labels["detail"].format(ranks=compact(finding.ranks)) + f": {message}"
+                         + _cites(finding.evidence))
     if report.verdict in RING_VERDICTS:  # the links a stalled rank sits on, from NCCL's rings
         for rank in report.culprit_ranks[:3]:
             lines.extend(topology.describe(link, zh)
-                         for link in topology.ring_links(report.incident, rank)[:topology.MAX_GROUPS])
+                         for link in topology.ring_links(incident, rank)[:topology.MAX_GROUPS])
     if report.decided_by:
         reasons = "; ".join(_signal_text(s, zh) for s in report.decided_by[:3])
-        lines.append(f"{labels['decided']}: {reasons}.")
+        lines.append(f"{labels['decided']}: {reasons}{'。' if zh else '.'}")
+    knock_on = [f for f in report.findings if f.symptom_of]
+    if knock_on:
+        lines.append(f"{labels['knock_on']}:")
+        for finding in knock_on[:MAX_PLACES]:
+            message = finding.message_zh if zh and finding.message_zh else finding.message
+            lines.append(f"  - {finding.rule}: {_clip(message)}" + _cites(finding.evidence))
+        if len(knock_on) > MAX_PLACES:
+            lines.append("  " + labels["more"].format(n=len(knock_on) - MAX_PLACES))
     lines.append(f"{labels['evidence']}:")
     if lead.evidence:
         for item in lead.evidence[:MAX_EVIDENCE]:
@@ -140,6 +221,47 @@ def narrative(report, lang: str = "en") -> str:
     if hint:
         lines.append(f"{labels['next']}: {hint}")
     return "\n".join(lines)
+
+
+def _places(incident, ranks: list[int], zh: bool) -> list[str]:
+    """'ranks 0,1,3 in all_reduce group 0 seq 4', grouped, largest first."""
+    groups: dict[str, list[int]] = {}
+    for rank in ranks:
+        state = incident.ranks.get(rank)
+        if state is None:
+            continue
+        place = describe_op(state.current_op) if state.is_blocked else state.activity
+        groups.setdefault(place, []).append(rank)
+    ordered = sorted(groups.items(), key=lambda item: (-len(item[1]), item[1][0]))
+    if zh:
+        out = [f"Rank {compact(members)} 在 {place}" for place, members in ordered[:MAX_PLACES]]
+    else:
+        out = [f"rank{'s' if len(members) > 1 else ''} {compact(members)} in {place}"
+               for place, members in ordered[:MAX_PLACES]]
+    if len(ordered) > MAX_PLACES:
+        out.append("…")
+    return out
+
+
+def _whereabouts(state, zh: bool) -> str:
+    """'rank 2: data_loading — Condition.wait (threading.py:327) ← load_next_batch (train.py:190) [rank2.locals.txt:5]'."""
+    op = state.current_op
+    if state.is_dead:
+        what = "已退出" if zh else "exited"
+    elif op is not None and state.is_blocked:
+        what = describe_op(op)
+    else:
+        what = state.activity
+    text = f"{'Rank' if zh else 'rank'} {state.rank}: {what}"
+    if state.why:
+        text += f" — {_clip(state.why, 160)}"
+    if state.evidence is not None:
+        text += f" [{state.evidence.cite()}]"
+    return text
+
+
+def _cites(evidence) -> str:
+    return f" [{', '.join(e.cite() for e in evidence[:2])}]" if evidence else ""
 
 
 def _clip(text: str, width: int = 200) -> str:
