@@ -6,7 +6,7 @@ import os
 from dataclasses import replace
 
 from .. import model as m
-from ..model import Artifact, Diagnostic, Incident, ProcessGroup, StuckSignal
+from ..model import Artifact, Diagnostic, Evidence, Incident, ProcessGroup, StuckSignal
 from . import stacks
 from .attribution import PidMap, attribute, rank_from_path
 from .facts import Facts
@@ -207,6 +207,7 @@ def merge(facts: list[Facts], artifacts: tuple = (), diagnostics=()) -> Incident
     comm_members: list = []
     rings: list = []
     stated = PidMap()
+    listed: dict[int, tuple[str, int, Evidence]] = {}  # rank → where an artifact says it exists
     for index in order:
         item = facts[index]
         diagnostics.extend(item.diagnostics)
@@ -217,6 +218,7 @@ def merge(facts: list[Facts], artifacts: tuple = (), diagnostics=()) -> Incident
         rings.extend(item.rings)
         for host, pid, rank, evidence in item.pid_ranks:
             stated.add(host, pid, rank, evidence.cite())
+            listed.setdefault(rank, (host, pid, evidence))
         for state in item.ranks:
             ranks[state.rank] = _combine(ranks.get(state.rank), state)
         for group in item.groups:
@@ -240,6 +242,7 @@ def merge(facts: list[Facts], artifacts: tuple = (), diagnostics=()) -> Incident
         _merge_records(records, comm_members, stated, learned, ranks, groups, diagnostics)
     if rings:
         _attach_rings(rings, groups)
+    _add_silent_ranks(ranks, groups, listed)
     _check_references(ranks, groups, diagnostics)
     read = tuple(m.ReadStats(f.path, f.kind, f.lines_read, f.unrecognized) for f in facts)
     return Incident(ranks=dict(sorted(ranks.items())), groups=groups, artifacts=tuple(artifacts),
@@ -260,6 +263,23 @@ def _merge_records(records, comm_members, stated, learned, ranks, groups, diagno
         groups.setdefault(gid, group)
     for rank in sorted(placed):
         ranks[rank] = state_from_records(rank, placed[rank], ranks.get(rank), groups)
+
+
+def _add_silent_ranks(ranks: dict, groups: dict, listed: dict) -> None:
+    """Ranks an artifact says exist (a pid map, a launcher's summary, NCCL
+    init lines, a group's member list) but nothing describes: the rank
+    everyone may be waiting for sent nothing at all. Each gets a state with
+    no call and no activity, citing what lists it, so the waits of its
+    group reach it and the report names it."""
+    members = {r for group in groups.values() for r in group.ranks}
+    for rank in sorted((set(listed) | members) - set(ranks)):
+        if rank < 0:
+            continue
+        host, pid, evidence = listed.get(rank, ("", None, None))
+        where = f"; {evidence.cite()} lists it" if evidence else "; a process group lists it as a member"
+        ranks[rank] = m.RankState(rank=rank, host=host, pid=pid, evidence=evidence,
+                                  why="no artifact describes this rank (no stack dump, log or dump of its own)"
+                                      + where + (f" as pid {pid}" if pid is not None else ""))
 
 
 def _attach_rings(rings, groups) -> None:
