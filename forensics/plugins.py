@@ -27,6 +27,8 @@ BUILTIN_PLUGINS = (
     "forensics.rules.wait_cycle",
     "forensics.rules.dead_rank",
     "forensics.rules.missing_rank",
+    "forensics.rules.network_fault",
+    "forensics.rules.async_ops",
 )
 AUTOLOAD_OFF = "FORENSICS_DISABLE_PLUGIN_AUTOLOAD"
 
