@@ -40,12 +40,31 @@ def build_parser() -> argparse.ArgumentParser:
                          help="read every line of big logs (timelines) instead of their tail and init lines")
     analyze.add_argument("--jobs", "-j", type=int, default=None, metavar="N",
                          help="parse files in N processes (default: one per CPU)")
+    analyze.add_argument("--rules", action="append", default=[], metavar="DIR",
+                         help="also load the YAML rules in DIR (a folder or one file; repeatable); "
+                              "the shipped rules always load")
 
     replay = sub.add_parser("replay", help="re-diagnose a corpus of past incidents and compare "
                                            "with each one's expected.yaml")
     replay.add_argument("corpus", metavar="DIR")
     replay.add_argument("--junit", metavar="FILE", help="also write JUnit XML here")
     replay.add_argument("--no-plugins", action="store_true")
+
+    rules = sub.add_parser("rules", help="list, show, check and test rules (built-in and YAML)")
+    rules_sub = rules.add_subparsers(dest="rules_command", metavar="ACTION", parser_class=_Parser)
+    listing = rules_sub.add_parser("list", help="every rule: id, severity, title, source")
+    listing.add_argument("--rules", action="append", default=[], metavar="DIR")
+    listing.add_argument("--format", "-f", choices=("text", "json"), default="text")
+    listing.add_argument("--no-plugins", action="store_true")
+    show = rules_sub.add_parser("show", help="one rule's full documentation")
+    show.add_argument("rule_id", metavar="ID")
+    show.add_argument("--lang", choices=("en", "zh"), default="en")
+    show.add_argument("--rules", action="append", default=[], metavar="DIR")
+    show.add_argument("--no-plugins", action="store_true")
+    check = rules_sub.add_parser("check", help="validate YAML rule files (exit 0 valid, 2 not)")
+    check.add_argument("files", nargs="+", metavar="FILE")
+    test = rules_sub.add_parser("test", help="run the inline tests of YAML rules (default: the shipped ones)")
+    test.add_argument("files", nargs="*", metavar="FILE")
     return parser
 
 
@@ -79,6 +98,10 @@ def _main(argv) -> int:
         return _analyze(args)
     if args.command == "replay":
         return _replay(args)
+    if args.command == "rules":
+        if args.rules_command is None:
+            parser.parse_args(["rules", "--help"])
+        return _rules(args)
     return EXIT_INPUT  # pragma: no cover - argparse rejects unknown commands
 
 
@@ -88,9 +111,15 @@ def _analyze(args) -> int:
     from .plugins import Plugins
     from .report import render
 
+    from .yamlrules import RuleFileErrors
+
     try:
-        report = analyze(args.paths, hung=args.hung, jobs=args.jobs, full=args.full,
-                         plugins=Plugins(autoload=False if args.no_plugins else None))
+        plugins = _with_rules(Plugins(autoload=False if args.no_plugins else None), args.rules)
+    except RuleFileErrors as exc:
+        print(f"forensics: {exc}", file=sys.stderr)
+        return EXIT_INPUT
+    try:
+        report = analyze(args.paths, hung=args.hung, jobs=args.jobs, full=args.full, plugins=plugins)
     except InputError as exc:
         print(f"forensics: {exc}", file=sys.stderr)
         return EXIT_INPUT
@@ -130,3 +159,126 @@ def _replay(args) -> int:
             print(f"forensics: {args.junit}: cannot write: {exc.strerror or exc}", file=sys.stderr)
             return EXIT_INPUT
     return EXIT_FOUND if failed(results) else EXIT_OK
+
+
+# ------------------------------------------------------------------ rules
+
+def _with_rules(plugins, dirs):
+    """Register the YAML rules of `dirs` (RuleFileErrors when any is bad).
+    Registered after construction, so parse workers are still used: the
+    rules run on the merged incident in this process only."""
+    if not dirs:
+        return plugins
+    from .ruledocs import catalogue
+    from .yamlrules import RuleSet, load_paths
+
+    reserved = {doc.id: doc.source for doc in catalogue(plugins).values()}
+    rules = load_paths(dirs, reserved)
+    _USER_RULES.update((rule.id, rule) for rule in rules)
+    plugins.register(RuleSet(rules, "user"), name="yaml-rules:" + ",".join(dirs))
+    return plugins
+
+
+def _rules(args) -> int:
+    from .yamlrules import RuleFileErrors
+
+    try:
+        if args.rules_command == "check":
+            return _rules_check(args.files)
+        if args.rules_command == "test":
+            return _rules_test(args.files)
+        from .plugins import Plugins
+        plugins = _with_rules(Plugins(autoload=False if args.no_plugins else None), args.rules)
+    except RuleFileErrors as exc:
+        print(f"forensics: {exc}", file=sys.stderr)
+        return EXIT_INPUT
+    from .ruledocs import catalogue
+    docs = catalogue(plugins)
+    for diagnostic in plugins.diagnostics:
+        print(f"forensics: {diagnostic.path}: {diagnostic.message}", file=sys.stderr)
+    if args.rules_command == "list":
+        if args.format == "json":
+            import json
+            sys.stdout.write(json.dumps([doc.to_json() for doc in docs.values()], ensure_ascii=False,
+                                        indent=2) + "\n")
+            return EXIT_OK
+        width = max((len(rid) for rid in docs), default=2)
+        lines = [f"{'id':<{width}}  {'severity':<8}  {'emits':<15}  title  [source]"]
+        lines += [f"{doc.id:<{width}}  {doc.severity:<8}  {'+'.join(doc.emits):<15}  {doc.title}  [{doc.source}]"
+                  for doc in docs.values()]
+        sys.stdout.write("\n".join(lines) + f"\n{len(docs)} rule(s)\n")
+        return EXIT_OK
+    doc = docs.get(args.rule_id)
+    if doc is None:
+        print(f"forensics: no rule {args.rule_id!r} (see 'forensics rules list')", file=sys.stderr)
+        return EXIT_INPUT
+    sys.stdout.write(_rule_page(doc, args.lang))
+    return EXIT_OK
+
+
+def _rule_page(doc, lang: str) -> str:
+    from .yamlrules import shipped_rules
+
+    title, explanation, hint = doc.text(lang)
+    heads = (("严重程度", "来源", "输出", "类型", "说明", "修复建议", "定义")
+             if lang == "zh" else ("Severity", "Source", "Emits", "Kinds", "What it detects", "Fix hint",
+                                   "Definition"))
+    out = [f"{doc.id}: {title}", "",
+           f"{heads[0]}: {doc.severity}", f"{heads[1]}: {doc.source}",
+           f"{heads[2]}: {', '.join(doc.emits)}", f"{heads[3]}: {', '.join(doc.kinds) or '-'}", "",
+           f"{heads[4]}:", f"  {explanation}", ""]
+    if hint:
+        out += [f"{heads[5]}:", f"  {hint}", ""]
+    rule = next((r for r in shipped_rules() if r.id == doc.id), None) or _USER_RULES.get(doc.id)
+    if rule is not None and rule.text:
+        out += [f"{heads[6]}:"] + ["  " + line for line in rule.text.splitlines()] + [""]
+    return "\n".join(out)
+
+
+_USER_RULES: dict = {}
+
+
+def _rules_check(paths) -> int:
+    from .yamlrules import RuleFileErrors, load_file, rule_files
+
+    bad = False
+    seen: dict[str, str] = {}
+    for path in paths:
+        files = rule_files(path) if os.path.exists(path) else [path]
+        if not files:
+            print(f"forensics: {path}: folder holds no .yaml/.yml rule files", file=sys.stderr)
+            bad = True
+        for file in files:
+            try:
+                rules = load_file(file)
+            except RuleFileErrors as exc:
+                for error in exc.errors:
+                    print(str(error), file=sys.stderr)
+                bad = True
+                continue
+            duplicates = [r for r in rules if r.id in seen]
+            for rule in duplicates:
+                print(f"{file}:{rule.line}:1: rule id {rule.id!r} is already defined by {seen[rule.id]}",
+                      file=sys.stderr)
+                bad = True
+            seen.update({r.id: r.doc.source for r in rules})
+            if not duplicates:
+                print(f"{file}: ok ({len(rules)} rule(s): {', '.join(r.id for r in rules)})")
+    return EXIT_INPUT if bad else EXIT_OK
+
+
+def _rules_test(paths) -> int:
+    from .yamlrules import load_paths, run_rule_tests, shipped_dir
+
+    rules = load_paths(paths or [shipped_dir()])
+    failed = total = 0
+    for rule in rules:
+        if not rule.tests:
+            print(f"WARN {rule.id}: no inline tests")
+        for outcome in run_rule_tests(rule):
+            total += 1
+            failed += not outcome.passed
+            detail = "" if outcome.passed else f": {outcome.problem}"
+            print(f"{'PASS' if outcome.passed else 'FAIL'} {rule.id}: {outcome.name}{detail}")
+    print(f"{total - failed} passed, {failed} failed ({len(rules)} rule(s))")
+    return EXIT_FOUND if failed else EXIT_OK

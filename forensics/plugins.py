@@ -29,6 +29,7 @@ BUILTIN_PLUGINS = (
     "forensics.rules.missing_rank",
     "forensics.rules.network_fault",
     "forensics.rules.async_ops",
+    "forensics.yamlrules",  # the shipped YAML rules (top-level rules/, package forensics.rules_data)
 )
 AUTOLOAD_OFF = "FORENSICS_DISABLE_PLUGIN_AUTOLOAD"
 

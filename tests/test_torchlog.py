@@ -202,7 +202,8 @@ def test_healthy_then_mismatch_torchrun_console():
 
 
 @needs_samples
-@pytest.mark.parametrize("folder", [P2P] + sorted(CORPUS.glob("real_*")), ids=lambda p: p.name)
+@pytest.mark.parametrize("folder", [P2P] + sorted(p.parent for p in CORPUS.glob("real_*/torchrun.log")),
+                         ids=lambda p: p.name)
 def test_torchrun_failure_summaries(folder):
     facts = parse(folder / "torchrun.log")
     pids = pid_map(folder)

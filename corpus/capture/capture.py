@@ -134,6 +134,21 @@ SCENARIOS = {
             "is simply absent."
         ),
     },
+    "real_checkpoint_io_stall": {
+        "job_scenario": "checkpoint_io_stall",
+        "nproc": 4,
+        "verdict": "missing_rank",
+        "culprit_ranks": [0],
+        "expect_main": {0: "save_periodic_checkpoint", 1: "sync_gradients",
+                        2: "sync_gradients", 3: "sync_gradients"},
+        "how": (
+            "Data-parallel job (train.py under torchrun, gloo, 4 ranks). After 3 healthy "
+            "steps rank 0 writes a periodic checkpoint (save_periodic_checkpoint -> "
+            "torch.save) before step 3's gradient all_reduce; the checkpoint storage stopped "
+            "accepting writes (a FIFO nobody reads stands in for a hung mount), so torch.save "
+            "never returns, while ranks 1-3 wait in sync_gradients -> dist.all_reduce for it."
+        ),
+    },
 }
 
 

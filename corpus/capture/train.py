@@ -16,6 +16,9 @@ bug selected with ``--scenario``:
   missing_rank_early_exit  rank 3's shard is shorter: it leaves the training loop,
                            then waits in a checkpoint barrier on a separate group while
                            the others wait in the next gradient all_reduce.
+  checkpoint_io_stall      rank 0 writes a periodic checkpoint (torch.save) to storage
+                           that stopped accepting writes, while the others wait in the
+                           next gradient all_reduce.
 
 Environment (set by the launcher / capture runner):
   RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT   from torchrun
@@ -45,6 +48,7 @@ SCENARIOS = (
     "collective_mismatch",
     "missing_rank_dataloader",
     "missing_rank_early_exit",
+    "checkpoint_io_stall",
 )
 
 ACTIVATION_MIB = 16
@@ -287,6 +291,20 @@ def save_checkpoint(model, step, groups):
     dist.barrier(group=groups["ckpt"])
 
 
+def save_periodic_checkpoint(model, step):
+    """Rank 0 writes a full checkpoint every few steps before the next all_reduce."""
+    PROGRESS.mark(step, "save_periodic_checkpoint")
+    path = os.path.join(os.environ.get("JOB_OUTDIR", "/srv/job/out"), "ckpt_periodic")
+    os.makedirs(path, exist_ok=True)
+    target = os.path.join(path, f"step{step}.pt")
+    if not os.path.exists(target):
+        # The storage mount stopped accepting writes: opening the file never returns
+        # (modelled with a FIFO nobody reads).
+        os.mkfifo(target)
+    log(f"step {step}: save_periodic_checkpoint -> torch.save({target})")
+    torch.save({k: v.detach().clone() for k, v in model.state_dict().items()}, target)
+
+
 def finalize_run(model, step, groups):
     log(f"step {step}: end of shard, finalize_run -> save_checkpoint")
     save_checkpoint(model, step, groups)
@@ -306,6 +324,8 @@ def train_step(step, model, opt, batch, groups, args):
     if bug_step and args.scenario in ("p2p_cycle_2", "p2p_ring_4"):
         acts = torch.full((ACTIVATION_MIB << 18,), float(rank))  # 16 MiB of float32
         pipeline_stage_exchange(acts, step, args.scenario)
+    if bug_step and args.scenario == "checkpoint_io_stall" and rank == 0:
+        save_periodic_checkpoint(model, step)
     if should_resync_weights(step, args.resume_step, args.resync_every):
         log(f"step {step}: broadcast_parameters (weight resync from rank 0)")
         broadcast_parameters(model, step, src=0)
