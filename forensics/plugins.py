@@ -29,6 +29,8 @@ BUILTIN_PLUGINS = (
     "forensics.rules.missing_rank",
     "forensics.rules.network_fault",
     "forensics.rules.async_ops",
+    "forensics.rules.transport_mismatch",
+    "forensics.rules.shared_communicator",
     "forensics.yamlrules",  # the shipped YAML rules (top-level rules/, package forensics.rules_data)
 )
 AUTOLOAD_OFF = "FORENSICS_DISABLE_PLUGIN_AUTOLOAD"

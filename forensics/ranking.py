@@ -14,9 +14,10 @@ sends the on-call engineer after the echoes. So findings are ordered:
    writing a checkpoint), marked `detail_of` the lead's rule id: they tell
    why the culprit is where it is;
 4. symptoms: verdict-bearing findings of lower precedence about the
-   culprits (the rank a mismatch killed), and findings about ranks that
+   culprits (the rank a mismatch killed), and errors about ranks that
    wait, directly or through others, on the culprits (a peer's socket
-   error), marked `symptom_of` the lead's rule id;
+   error), marked `symptom_of` the lead's rule id (a warning about a
+   waiting rank is a hazard of its own and stays unlinked);
 5. unrelated findings (a second, independent problem), then information.
 """
 
@@ -77,8 +78,10 @@ def link_symptoms(findings: list[Finding], lead: Finding | None, graph=None) -> 
             (info if finding.severity == "info" else rest).append(finding)
         elif bears is None and ranks <= culprits:
             details.append(replace(finding, detail_of=lead.rule))
-        else:
+        elif bears is not None or finding.severity == "error":
             symptoms.append(replace(finding, symptom_of=lead.rule))
+        else:  # a warning about a waiting rank is a hazard of its own, not an echo of the lead
+            (info if finding.severity == "info" else rest).append(finding)
     return [lead, *co_causes, *details, *symptoms, *rest, *info]
 
 

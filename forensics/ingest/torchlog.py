@@ -122,6 +122,8 @@ _SNIFF_PREFIXES = re.compile(rb"[FEWIV]\d{3,4} \d\d:\d\d:\d\d\.\d{6}|\.(?:cpp|cc
 def sniff(path: str, head: bytes) -> bool:
     """c10 log prefixes, torchelastic's logging and failure summary, or the
     exceptions c10d raises. NCCL_DEBUG lines alone are the NCCL reader's."""
+    if _crash_report(head):  # a rank's stderr: a traceback through c10d, or a C++ abort
+        return not looks_binary(head)
     if not (any(literal in head for literal in _SNIFF_LITERALS)
             or (b"] " in head and _SNIFF_PREFIXES.search(head))):  # both prefix forms end in "] "
         return False
@@ -130,6 +132,15 @@ def sniff(path: str, head: bytes) -> bool:
     if b"\x1b" in head:
         head = _ANSI_BYTES.sub(b"", head)
     return _SNIFF.search(head) is not None
+
+
+def _crash_report(head: bytes) -> bool:
+    """A rank's stderr when it died: a Python traceback through
+    torch.distributed (the exception c10d raised), or a C++ exception from
+    Gloo or c10 that terminated the process."""
+    return ((b"Traceback (most recent call last):" in head and b"torch/distributed/" in head)
+            or b"terminate called after throwing an instance of 'gloo::" in head
+            or b"terminate called after throwing an instance of 'c10::" in head)
 
 
 def parse(path: str, display: str) -> Facts:
