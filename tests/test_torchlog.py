@@ -202,7 +202,8 @@ def test_healthy_then_mismatch_torchrun_console():
 
 
 @needs_samples
-@pytest.mark.parametrize("folder", [P2P] + sorted(p.parent for p in CORPUS.glob("real_*/torchrun.log")),
+@pytest.mark.parametrize("folder", [P2P] + sorted(p.parent for p in CORPUS.glob("real_*/torchrun.log")
+                                                   if "\ncapture:" in (p.parent / "expected.yaml").read_text()),
                          ids=lambda p: p.name)
 def test_torchrun_failure_summaries(folder):
     facts = parse(folder / "torchrun.log")
@@ -224,6 +225,22 @@ def test_torchrun_failure_summaries(folder):
     if folder.name == "real_missing_rank_early_exit":
         assert [e.line for r in (2, 3) for e in summary[r].errors[:1]] == [5, 6]
         assert "Sending process 8800 closing signal SIGTERM" in summary[2].errors[0].text
+
+
+def test_abort_summary_names_the_rank_that_aborted_first():
+    """A job that crashed rather than hung (corpus/real_two_threads_one_group_abort): the
+    summary's root cause is rank 1's SIGABRT; rank 0 was ended by the agent afterwards."""
+    folder = CORPUS / "real_two_threads_one_group_abort"
+    facts = parse(folder / "torchrun.log")
+    summary = launched(facts)
+    assert {r: (x.pid, x.exit_code, x.signal) for r, x in summary.items()} == {
+        0: (17905, -15, "SIGTERM"), 1: (17906, -6, "SIGABRT")}
+    assert [any(e.text == "Root Cause (first observed failure):" for e in summary[r].errors) for r in (0, 1)] == [
+        False, True]
+    crashed = parse(folder / "rank1.stderr.log")
+    (record,) = crashed.records
+    assert record.alive is False and record.signal == "SIGABRT"
+    assert "Is there a distributed collective mismatch" in record.errors[-1].text
 
 
 @needs_samples
@@ -253,7 +270,7 @@ def test_user_output_and_empty_logs():
         assert facts.records == [] and facts.unrecognized == 0
         assert facts.lines_read == len(path.read_text().splitlines())
         assert [d.message for d in facts.diagnostics] == ["no c10d or launcher records found"]
-    empty = next(CORPUS.glob("real_*/rank0.stderr.log"))
+    empty = next(p for p in sorted(CORPUS.glob("real_*/rank0.stderr.log")) if not p.stat().st_size)
     with pytest.raises(InputError, match="empty file"):
         parse(empty)
 

@@ -138,7 +138,8 @@ def _crash_report(head: bytes) -> bool:
     """A rank's stderr when it died: a Python traceback through
     torch.distributed (the exception c10d raised), or a C++ exception from
     Gloo or c10 that terminated the process."""
-    return ((b"Traceback (most recent call last):" in head and b"torch/distributed/" in head)
+    return ((b"Traceback (most recent call last):" in head
+             and (b"torch/distributed/distributed_c10d.py" in head or b"torch/distributed/c10d_logger.py" in head))
             or b"terminate called after throwing an instance of 'gloo::" in head
             or b"terminate called after throwing an instance of 'c10::" in head)
 
