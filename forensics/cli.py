@@ -18,7 +18,44 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_INPUT, f"forensics: usage error: {message} (see --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+class _PluginSet:
+    """The one plugin manager of a command, built when first needed (the
+    --format choices or the analysis), so `--version` stays instant."""
+
+    def __init__(self, given=None, autoload: bool | None = None):
+        self.plugins, self.autoload = given, autoload
+
+    def __call__(self):
+        if self.plugins is None:
+            from .plugins import Plugins
+            self.plugins = Plugins(autoload=self.autoload)
+        return self.plugins
+
+
+class _FormatChoices:
+    """argparse choices read from the format plugins on first use."""
+
+    def __init__(self, plugin_set):
+        self.plugin_set, self._names = plugin_set, None
+
+    def _get(self) -> list[str]:
+        if self._names is None:
+            from .report import formats
+            self._names = sorted(formats(self.plugin_set()))
+        return self._names
+
+    def __contains__(self, name) -> bool:
+        return name in self._get()
+
+    def __iter__(self):
+        return iter(self._get())
+
+    def __len__(self) -> int:
+        return len(self._get())
+
+
+def build_parser(plugin_set=None) -> argparse.ArgumentParser:
+    plugin_set = plugin_set or _PluginSet()
     parser = _Parser(prog="forensics", description="Find out why a distributed training job hangs.")
     parser.add_argument("--version", action="version", version=f"forensics {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -26,8 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     analyze = sub.add_parser("analyze", help="diagnose a folder of collected artifacts")
     analyze.add_argument("paths", nargs="+", metavar="PATH",
                          help="folders of artifacts (walked recursively) or single files")
-    from .report import FORMATS
-    analyze.add_argument("--format", "-f", choices=sorted(FORMATS), default="text")
+    analyze.add_argument("--format", "-f", choices=_FormatChoices(plugin_set), default="text", metavar="FORMAT",
+                         help="output format, one of: %(choices)s (default text; plugins can add more)")
     analyze.add_argument("--lang", choices=("en", "zh"), default="en",
                          help="language of the narrative (default en)")
     analyze.add_argument("--hung", action="store_true",
@@ -43,6 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
     analyze.add_argument("--rules", action="append", default=[], metavar="DIR",
                          help="also load the YAML rules in DIR (a folder or one file; repeatable); "
                               "the shipped rules always load")
+    analyze.add_argument("--quiet", "-q", action="store_true",
+                         help="no progress bar and no notes on stderr (errors still print)")
 
     replay = sub.add_parser("replay", help="re-diagnose a corpus of past incidents and compare "
                                            "with each one's expected.yaml")
@@ -68,9 +107,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, plugins=None) -> int:
+    """Run the command line; `plugins` (a forensics.plugins.Plugins) replaces
+    the default plugin set of `analyze`, for embedding and tests."""
     try:
-        return _main(argv)
+        return _main(argv, plugins)
     except KeyboardInterrupt:
         print("forensics: interrupted", file=sys.stderr)
         return 130
@@ -88,14 +129,16 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INPUT
 
 
-def _main(argv) -> int:
-    parser = build_parser()
+def _main(argv, plugins=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    plugin_set = _PluginSet(plugins, autoload=False if "--no-plugins" in argv else None)
+    parser = build_parser(plugin_set)
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help(sys.stderr)
         return EXIT_INPUT
     if args.command == "analyze":
-        return _analyze(args)
+        return _analyze(args, plugin_set)
     if args.command == "replay":
         return _replay(args)
     if args.command == "rules":
@@ -105,25 +148,47 @@ def _main(argv) -> int:
     return EXIT_INPUT  # pragma: no cover - argparse rejects unknown commands
 
 
-def _analyze(args) -> int:
-    from . import analyze
+def _analyze(args, plugin_set) -> int:
+    from . import gc_paused
+    from .analysis import analyze_incident
+    from .ingest import load_incident
     from .ingest.textio import InputError
-    from .plugins import Plugins
-    from .report import render
-
+    from .report import FormatUnavailable, formats
     from .yamlrules import RuleFileErrors
 
     try:
-        plugins = _with_rules(Plugins(autoload=False if args.no_plugins else None), args.rules)
+        plugins = _with_rules(plugin_set(), args.rules)
     except RuleFileErrors as exc:
         print(f"forensics: {exc}", file=sys.stderr)
         return EXIT_INPUT
+    fmt = formats(plugins)[args.format]
+    progress = None if args.quiet or not _is_terminal(sys.stderr) else ProgressBar()
     try:
-        report = analyze(args.paths, hung=args.hung, jobs=args.jobs, full=args.full, plugins=plugins)
+        with gc_paused():
+            try:
+                incident = load_incident([str(p) for p in args.paths], plugins, hung=args.hung,
+                                         jobs=args.jobs, full=args.full, progress=progress)
+            finally:
+                if progress is not None:
+                    progress.close()
+            report = analyze_incident(incident, plugins)
     except InputError as exc:
         print(f"forensics: {exc}", file=sys.stderr)
         return EXIT_INPUT
-    text = render(report, args.format, args.lang)
+    terminal = fmt.render_terminal is not None and not args.output and _is_terminal(sys.stdout)
+    try:
+        if terminal:
+            text = fmt.render_terminal(report, args.lang, width=_terminal_width(), color=_colour_wanted())
+        else:
+            text = fmt.render(report, args.lang)
+    except FormatUnavailable as exc:
+        print(f"forensics: --format {args.format}: {exc}", file=sys.stderr)
+        return EXIT_INPUT
+    except Exception as exc:  # a format plugin's bug: one line, like any other failure
+        if os.environ.get("FORENSICS_DEBUG"):
+            raise
+        print(f"forensics: --format {args.format} failed: {exc.__class__.__name__}: {exc}", file=sys.stderr)
+        return EXIT_INPUT
     if args.output:
         try:
             with open(args.output, "w", encoding="utf-8") as handle:
@@ -134,9 +199,90 @@ def _analyze(args) -> int:
     else:
         sys.stdout.write(text)
         sys.stdout.flush()
-    if report.verdict == "inconclusive":
+    if report.verdict == "inconclusive" and not args.quiet:
         print("forensics: inconclusive: " + report.root_cause.narrative.get("en", ""), file=sys.stderr)
     return report.exit_code
+
+
+def _is_terminal(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _terminal_width() -> int:
+    import shutil
+    return max(40, shutil.get_terminal_size((100, 24)).columns)
+
+
+def _colour_wanted() -> bool:
+    """Colour on a terminal unless NO_COLOR is set (no-color.org) or TERM=dumb."""
+    return not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
+
+
+class ProgressBar:
+    """A rich progress bar on stderr for the ingest: files and bytes read.
+
+    It appears only once ingest has run for `DELAY` seconds (a quick run
+    prints nothing; FORENSICS_PROGRESS_DELAY overrides it, e.g. 0 to
+    always show it) and is erased when done. The caller decides whether
+    stderr is a terminal; this class only draws. Called from the ingest
+    thread; shown from a timer thread, hence the lock.
+    """
+
+    DELAY = 0.5
+
+    def __init__(self, delay: float | None = None):
+        import threading
+
+        import rich.progress  # noqa: F401  imported now, so the bar is on time when due
+
+        if delay is None:
+            try:
+                delay = max(0.0, float(os.environ.get("FORENSICS_PROGRESS_DELAY", self.DELAY)))
+            except ValueError:
+                delay = self.DELAY
+
+        self._lock = threading.Lock()
+        self._counts = (0, 0, 0, 0)
+        self._bar = self._task = None
+        self._closed = False
+        self._timer = threading.Timer(delay, self._show)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def __call__(self, files_done: int, files_total: int, bytes_done: int, bytes_total: int) -> None:
+        with self._lock:
+            self._counts = (files_done, files_total, bytes_done, bytes_total)
+            if self._bar is not None:
+                self._update()
+
+    def _show(self) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
+
+        with self._lock:
+            if self._closed:
+                return
+            self._bar = Progress(TextColumn("reading artifacts"), BarColumn(),
+                                 TextColumn("{task.fields[files]}"), DownloadColumn(), TimeElapsedColumn(),
+                                 console=Console(stderr=True), transient=True)
+            self._task = self._bar.add_task("ingest", total=None, files="")
+            self._update()
+            self._bar.start()
+
+    def _update(self) -> None:
+        files_done, files_total, bytes_done, bytes_total = self._counts
+        self._bar.update(self._task, completed=bytes_done, total=bytes_total or None,
+                         files=f"{files_done}/{files_total} files" if files_total else "finding files")
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._timer.cancel()
+            if self._bar is not None:
+                self._bar.stop()
 
 
 def _replay(args) -> int:

@@ -13,12 +13,13 @@ does). A plugin that fails to import or raises in a hook becomes a diagnostic
 in the report, never a crash.
 
 Data flows one way: parsers see files, rules see the merged `Incident`, graph
-rules see the incident plus the reduced wait-for graph. No hook sees a report.
+rules see the incident plus the reduced wait-for graph. No rule sees a
+report; only the renderers a format plugin returns do, once it is final.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping
 
 import pluggy
 
@@ -26,6 +27,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .graph import GraphAnalysis
     from .ingest.facts import Facts
     from .model import Artifact, Finding, Incident, WaitEdge
+    from .report import ReportFormat
     from .ruledocs import RuleDoc
 
 PROJECT = "forensics"
@@ -87,3 +89,17 @@ def forensics_rules() -> "Iterable[RuleDoc] | None":
     per rule id your findings or edges carry (id, title, severity,
     explanation and hint, in English and Chinese). `forensics rules list`
     and the reports show them."""
+
+
+@hookspec
+def forensics_report_formats() -> "Iterable[ReportFormat] | Mapping[str, Callable] | None":
+    """Offer output formats for `forensics analyze --format NAME`.
+
+    Return `forensics.report.ReportFormat(name, render, description,
+    extension)` objects, or a plain mapping {name: render}. `render(report,
+    lang)` gets the finished `Report` (the object the JSON contract
+    serializes) and a language ("en" or "zh") and returns the whole output
+    as one string; it must not print. The built-in formats (text, json,
+    markdown, mermaid, dot, sarif, junit, html) come through this hook too;
+    a format registered later under the same name replaces the earlier one.
+    """

@@ -32,6 +32,7 @@ BUILTIN_PLUGINS = (
     "forensics.rules.transport_mismatch",
     "forensics.rules.shared_communicator",
     "forensics.yamlrules",  # the shipped YAML rules (top-level rules/, package forensics.rules_data)
+    "forensics.report",  # the built-in output formats (text, json, markdown, html, …)
 )
 AUTOLOAD_OFF = "FORENSICS_DISABLE_PLUGIN_AUTOLOAD"
 

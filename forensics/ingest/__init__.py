@@ -130,12 +130,20 @@ def _parse_chunk(chunk):
 BIG_FILE = 64 << 20  # a file this big is worth a worker of its own
 
 
-def _parse_all(artifacts, plugins, jobs: int):
+def _parse_all(artifacts, plugins, jobs: int, progress=None):
+    """Parse every artifact; `progress(files_done, files_total, bytes_done,
+    bytes_total)`, when given, is called before the first file and after
+    each file (serial) or each chunk (parallel) is parsed."""
     spec = plugins.clone_spec()
     sizes = [file_size(a.path) for a in artifacts]
     big = sum(1 for size in sizes if size >= BIG_FILE)
+    counter = _Progress(progress, len(artifacts), sum(sizes))
     if jobs <= 1 or spec is None or (len(artifacts) < PARALLEL_MIN and big < 2):
-        return [_parse_one(a, plugins) for a in artifacts]
+        results = []
+        for artifact, size in zip(artifacts, sizes):
+            results.append(_parse_one(artifact, plugins))
+            counter.add(1, size)
+        return results
 
     # Big files go one per task so two workers share them evenly; the many
     # small ones travel in chunks to keep the pickling overhead low.
@@ -156,18 +164,37 @@ def _parse_all(artifacts, plugins, jobs: int):
         for chunk, (parsed, worker_diagnostics) in zip(chunks, pool.map(_parse_chunk, chunks)):
             for artifact, result in zip(chunk, parsed):
                 results[order[id(artifact)]] = result
+            counter.add(len(chunk), sum(sizes[order[id(a)]] for a in chunk))
             plugins.diagnostics.extend(d for d in worker_diagnostics if d not in plugins.diagnostics)
     return results
 
 
+class _Progress:
+    """Counts files and bytes parsed for an optional progress callback."""
+
+    def __init__(self, callback, files: int, size: int):
+        self.callback, self.files, self.size = callback, files, size
+        self.files_done = self.bytes_done = 0
+        if callback is not None:
+            callback(0, files, 0, size)
+
+    def add(self, files: int, size: int) -> None:
+        self.files_done += files
+        self.bytes_done += size
+        if self.callback is not None:
+            self.callback(self.files_done, self.files, self.bytes_done, self.size)
+
+
 def load_incident(paths, plugins, hung: bool = False, jobs: int | None = None,
-                  full: bool = False) -> Incident:
-    """Discover, parse (in parallel for many files) and merge."""
+                  full: bool = False, progress=None) -> Incident:
+    """Discover, parse (in parallel for many files) and merge. `progress`,
+    if given, is called as `progress(files_done, files_total, bytes_done,
+    bytes_total)` while the artifacts are parsed (a CLI progress bar)."""
     jobs = jobs if jobs is not None else (os.cpu_count() or 1)
     artifacts, diagnostics = discover(paths, plugins, full, jobs)
     facts: list[Facts] = []
     errors: list[InputError] = []
-    for parsed in _parse_all(artifacts, plugins, jobs):
+    for parsed in _parse_all(artifacts, plugins, jobs, progress):
         if isinstance(parsed, tuple):
             _, path, message, line = parsed
             errors.append(InputError(path, message, line))
