@@ -10,7 +10,9 @@ folder:
 
 and prints the wall time and peak RSS of each (from `wait4`, so per run and
 including the worker processes it reaped), what each concluded, and whether
-they agree. Then, at the smallest scale, what each does with file names
+they agree. forensics runs with its bytecode cached under the work folder
+(PYTHONPYCACHEPREFIX, filled by one untimed warm-up run), as an installed
+package has it; the analyzer's venv ships its .pyc files. Then, at the smallest scale, what each does with file names
 users really have (`host07_nccl_trace_rank_3`, `fr_dump.5`), with JSON dumps,
 and with a cross-group cycle.
 
@@ -66,6 +68,9 @@ EXPECTED = {
     "missing": ("missing_rank", "culprit"),
     "mismatch": ("collective_mismatch", "culprit"),
     "cycle": ("deadlock", "all"),
+    "state": ("missing_rank", "culprit"),
+    "coalesced": ("collective_mismatch", "culprit"),
+    "early_exit": ("missing_rank", "culprit"),
 }
 
 
@@ -127,6 +132,27 @@ def run(command: list, timeout: float, mem_gb: float, cwd: str | None = None, en
         result.stdout = out.read().decode("utf-8", "replace")
         result.stderr = err.read().decode("utf-8", "replace")
     return result
+
+
+def forensics_env(work: str) -> dict:
+    """The environment forensics runs in: its bytecode cached under WORK
+    (PYTHONPYCACHEPREFIX), as an installed package has it, rather than
+    compiled from source on every run when PYTHONDONTWRITEBYTECODE is set.
+    The analyzer's venv ships its .pyc files already."""
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPYCACHEPREFIX"] = os.path.join(work, "pycache")
+    return env
+
+
+def warm_up(work: str, env: dict) -> None:
+    """One untimed run over a 2-rank dump, so every module forensics imports
+    is compiled into the bytecode cache before anything is timed."""
+    folder = os.path.join(work, "warm_up")
+    gen_fr_dumps.write(folder, "missing", 2, 10, 1)
+    command, _ = forensics_command(folder)
+    subprocess.run(command, cwd=REPO, env=env, capture_output=True)
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def forensics_command(folder: str, hung: bool = True) -> tuple[list, str]:
@@ -239,7 +265,7 @@ def agrees(a: Verdict, b: Verdict) -> bool:
 
 def show(label: str, result: Run, verdict: Verdict, how: str = "") -> None:
     state = "TIMEOUT" if result.timed_out else f"exit {result.exit_code}"
-    print(f"  {label:<10} {result.seconds:8.1f} s  (CPU {result.cpu:7.1f} s)  peak RSS {result.peak_mb:7.0f} MiB  "
+    print(f"  {label:<10} {result.seconds:8.2f} s  (CPU {result.cpu:7.2f} s)  peak RSS {result.peak_mb:7.0f} MiB  "
           f"{state:<8}  "
           f"verdict {verdict.verdict} culprits {_ranks(verdict.culprits)}"
           + (f"  [{verdict.detail}]" if verdict.detail else ""))
@@ -257,7 +283,7 @@ def scale(world: int, scenarios, args, work: str, rows: list) -> None:
         print(f"\n== {world} ranks, scenario {scenario}: {world} dumps x {args.entries} entries "
               f"({_size(folder)}, written in {made:.1f} s)")
         command, how = forensics_command(folder, hung=scenario != "healthy")
-        mine = run(command, args.ours_timeout, args.mem_gb, cwd=REPO)
+        mine = run(command, args.ours_timeout, args.mem_gb, cwd=REPO, env=args.env)
         ours_verdict = ours(mine)
         show("forensics", mine, ours_verdict, how)
         if args.no_analyzer:
@@ -294,7 +320,7 @@ def extras(world: int, args, work: str) -> None:
     gen_fr_dumps.write(folder, "missing", world, args.entries, args.culprit, names=mixed)
     print(f"-- mixed file names: nccl_trace_rank_0, host00_nccl_trace_rank_1, fr_dump.2, ...")
     command, how = forensics_command(folder)
-    result = run(command, args.ours_timeout, args.mem_gb, cwd=REPO)
+    result = run(command, args.ours_timeout, args.mem_gb, cwd=REPO, env=args.env)
     show("forensics", result, ours(result), how)
     if not args.no_analyzer:
         tries = (("nccl_trace_rank_", ()), (None, ()), ("nccl_trace_rank_", ("--allow-incomplete-ranks",)))
@@ -309,7 +335,7 @@ def extras(world: int, args, work: str) -> None:
     gen_fr_dumps.write(folder, "missing", world, args.entries, args.culprit, json_form=True)
     print(f"-- JSON dumps (_dump_fr_trace_json shape): rank0.fr.json ...")
     command, how = forensics_command(folder)
-    result = run(command, args.ours_timeout, args.mem_gb, cwd=REPO)
+    result = run(command, args.ours_timeout, args.mem_gb, cwd=REPO, env=args.env)
     show("forensics", result, ours(result), how)
     if not args.no_analyzer:
         for prefix in ("rank", None):
@@ -328,8 +354,10 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ranks", type=int, nargs="+", default=[64, 1024],
                         help="world sizes to run (64 1024 8192); default 64 1024")
-    parser.add_argument("--scenarios", nargs="+", choices=gen_fr_dumps.SCENARIOS,
-                        default=list(gen_fr_dumps.SCENARIOS))
+    parser.add_argument("--scenarios", nargs="+", choices=gen_fr_dumps.ALL_SCENARIOS,
+                        default=list(gen_fr_dumps.SCENARIOS),
+                        help=f"default: {' '.join(gen_fr_dumps.SCENARIOS)}; also "
+                             f"{' '.join(gen_fr_dumps.EXTRA_SCENARIOS)}")
     parser.add_argument("--entries", type=int, default=2000)
     parser.add_argument("--culprit", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=300, help="cap on the analyzer, seconds")
@@ -352,6 +380,9 @@ def main(argv=None) -> int:
     os.makedirs(work, exist_ok=True)
     print(f"dumps in {work}; caps: analyzer {args.timeout:.0f} s, forensics {args.ours_timeout:.0f} s, "
           f"{args.mem_gb:g} GiB address space each; {os.cpu_count()} CPUs")
+    args.env = forensics_env(work)
+    warm_up(work, args.env)
+    print(f"forensics bytecode cached in {args.env['PYTHONPYCACHEPREFIX']} (one untimed warm-up run)")
     rows: list = []
     try:
         for world in args.ranks:
@@ -363,15 +394,16 @@ def main(argv=None) -> int:
             shutil.rmtree(work, ignore_errors=True)
 
     print("\n== summary")
-    print(f"{'ranks':>6} {'scenario':<9} {'forensics s':>11} {'CPU s':>7} {'MiB':>6} {'verdict':<22} "
-          f"{'fr_trace s':>10} {'CPU s':>7} {'MiB':>6} {'verdict':<26} agreement")
+    print(f"{'ranks':>6} {'scenario':<10} {'forensics s':>11} {'CPU s':>7} {'MiB':>6} {'verdict':<22} "
+          f"{'fr_trace s':>10} {'CPU s':>7} {'MiB':>6} {'verdict':<26} {'speed-up':>8}  agreement")
     for world, scenario, mine, ours_verdict, theirs, their_verdict, agreement in rows:
-        their_time = f"{theirs.seconds:10.1f} {theirs.cpu:7.1f}" if theirs else f"{'-':>10} {'-':>7}"
+        their_time = f"{theirs.seconds:10.2f} {theirs.cpu:7.1f}" if theirs else f"{'-':>10} {'-':>7}"
         their_mem = f"{theirs.peak_mb:6.0f}" if theirs else f"{'-':>6}"
-        print(f"{world:>6} {scenario:<9} {mine.seconds:11.1f} {mine.cpu:7.1f} {mine.peak_mb:6.0f} "
+        ratio = f"{theirs.seconds / mine.seconds:7.1f}x" if theirs and mine.seconds else f"{'-':>8}"
+        print(f"{world:>6} {scenario:<10} {mine.seconds:11.2f} {mine.cpu:7.1f} {mine.peak_mb:6.0f} "
               f"{(ours_verdict.verdict + ' ' + _ranks(ours_verdict.culprits))[:22]:<22} "
               f"{their_time} {their_mem} {(their_verdict.verdict + ' ' + _ranks(their_verdict.culprits))[:26]:<26} "
-              f"{agreement}")
+              f"{ratio}  {agreement}")
     return 0
 
 

@@ -26,6 +26,18 @@ Scenarios (every rank holds `--entries` records, 2,000 by default):
             rank entered group 0's: each side waits for the other (a
             cross-group cycle).
 
+More scenarios, not in the benchmark's default set (`EXTRA_SCENARIOS`):
+
+- state:      the others completed all_reduce #N-1 and wait in #N; rank
+              `--culprit` is still inside #N-1 (started, not completed): a
+              state mismatch at #N-1 and a missing rank at #N;
+- coalesced:  everyone is stuck in a coalesced group at #N; rank `--culprit`'s
+              holds two all_reduces, the others' three;
+- early_exit: rank `--culprit` completed #N-1 on group "0", left the loop and
+              waits in barrier #1 on group "2" ("ckpt", all ranks), which the
+              others never entered; they wait for it in all_reduce #N (a
+              cross-group wait whose cause is the rank that moved on).
+
 Ranks in the same role get byte-identical files (a dump does not say which
 rank wrote it), so writing 8,192 ranks costs one pickling per role.
 
@@ -47,6 +59,8 @@ TIMEOUT_MS = 600_000
 SIZE = [4096, 1024]
 T0 = 1_795_945_835_000_000_000
 SCENARIOS = ("healthy", "missing", "mismatch", "cycle")
+EXTRA_SCENARIOS = ("state", "coalesced", "early_exit")
+ALL_SCENARIOS = SCENARIOS + EXTRA_SCENARIOS
 
 _FRAMES = [
     {"name": "all_reduce", "filename": "/usr/lib/python3/site-packages/torch/distributed/distributed_c10d.py",
@@ -56,11 +70,13 @@ _FRAMES = [
     {"name": "train_step", "filename": "/srv/job/train.py", "line": 366},
     {"name": "<module>", "filename": "/srv/job/train.py", "line": 426},
 ]
-_PG = {"0": ("0", "default_pg"), "1": ("1", "dp_replicate")}
+_PG = {"0": ("0", "default_pg"), "1": ("1", "dp_replicate"), "2": ("2", "ckpt")}
 
 
-def entry(record_id: int, pg: str, seq: int, op: str, done: bool, *, json_form: bool = False) -> dict:
-    """One Flight Recorder entry as `getCollectiveTrace` (or `dump_json`) writes it."""
+def entry(record_id: int, pg: str, seq: int, op: str, done: bool, *, json_form: bool = False,
+          state: str | None = None) -> dict:
+    """One Flight Recorder entry as `getCollectiveTrace` (or `dump_json`) writes it; `state`
+    overrides the one `done` implies ("scheduled" for a coalesced group's members)."""
     started = T0 + record_id * 1_000_000 + 10_000
     item = {
         "record_id": record_id,
@@ -77,7 +93,7 @@ def entry(record_id: int, pg: str, seq: int, op: str, done: bool, *, json_form: 
         "input_dtypes": ["Float"],
         "output_sizes": [SIZE],
         "output_dtypes": ["Float"],
-        "state": "completed" if done else "started",
+        "state": state or ("completed" if done else "started"),
         "time_discovered_started_ns": started,
         "time_discovered_completed_ns": started + 500_000 if done else (0 if json_form else None),
         "retired": done,
@@ -128,6 +144,25 @@ def roles(scenario: str, world: int, entries: int, culprit: int) -> dict[str, tu
         done = steps - 1
         return {"group0": (others, status(("0", (steps, steps, done)), ("1", (done, done, done))), everyone),
                 "group1": (odd, status(("0", (done, done, done)), ("1", (steps, steps, done))), [culprit])}
+    if scenario == "state":
+        ahead = [entry(i, "0", i + 1, "all_reduce", i + 1 < last) for i in range(entries)]
+        behind = [entry(i, "0", i + 1, "all_reduce", i + 2 < last) for i in range(entries - 1)]
+        return {"ahead": (ahead, status(("0", (last, last, last - 1))), everyone),
+                "behind": (behind, status(("0", (last - 1, last - 1, last - 2))), [culprit])}
+    if scenario == "coalesced":
+        def stuck(members: int) -> list:
+            items = [entry(i, "0", i + 1, "all_reduce", True) for i in range(entries - members - 1)]
+            items += [entry(len(items) + k, "0", last, "all_reduce", False, state="scheduled")
+                      for k in range(members)]
+            return items + [entry(len(items) + members, "0", last, "coalesced", False)]
+        pg = status(("0", (last, last, last - 1)))
+        return {"three": (stuck(3), pg, everyone), "two": (stuck(2), pg, [culprit])}
+    if scenario == "early_exit":
+        stuck = [entry(i, "0", i + 1, "all_reduce", i + 1 < last) for i in range(entries)]
+        left = [entry(i, "0", i + 1, "all_reduce", True) for i in range(entries - 1)]
+        left.append(entry(entries - 1, "2", 1, "barrier", False))
+        return {"waiting": (stuck, status(("0", (last, last, last - 1))), everyone),
+                "culprit": (left, status(("0", (last - 1, last - 1, last - 1)), ("2", (1, 1, 0))), [culprit])}
     raise ValueError(f"unknown scenario {scenario!r}")
 
 
@@ -234,7 +269,7 @@ def write(out: str, scenario: str, world: int, entries: int = 2000, culprit: int
     if world < 2 or not 0 <= culprit < world:
         raise ValueError("need at least 2 ranks and a culprit among them")
     os.makedirs(out, exist_ok=True)
-    groups = ("0", "1") if scenario == "cycle" else ("0",)
+    groups = {"cycle": ("0", "1"), "early_exit": ("0", "2")}.get(scenario, ("0",))
     paths = {}
     for _, (items, pg_status, members) in roles(scenario, world, entries, culprit).items():
         if json_form:
@@ -254,7 +289,7 @@ def main(argv=None) -> int:
     parser.add_argument("out", help="folder to write (created; emptied first with --clean)")
     parser.add_argument("--ranks", type=int, default=64)
     parser.add_argument("--entries", type=int, default=2000)
-    parser.add_argument("--scenario", choices=SCENARIOS, default="missing")
+    parser.add_argument("--scenario", choices=ALL_SCENARIOS, default="missing")
     parser.add_argument("--culprit", type=int, default=1)
     parser.add_argument("--json", action="store_true", help="write _dump_*_json shaped files instead")
     parser.add_argument("--clean", action="store_true", help="remove OUT first")

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, replace
 
 from . import explain
 from .graph import GraphAnalysis, analyze_graph, build_graph
@@ -44,6 +45,7 @@ def analyze_incident(incident: Incident, plugins) -> Report:
     findings = plugins.call("forensics_findings", incident=incident)
     analysis = analyze_graph(build_graph(edges, incident), incident)
     findings += plugins.call("forensics_graph_findings", incident=incident, analysis=analysis)
+    findings = [with_stacks(f, incident) for f in settle_knots(findings, analysis)]
     findings = rank_findings(findings)
     verdict, lead = decide(findings, incident, analysis)
     findings = link_symptoms(findings, lead, analysis.graph)
@@ -63,6 +65,45 @@ def analyze_incident(incident: Incident, plugins) -> Report:
     _merge_plugin_diagnostics(report, plugins)
     root.narrative = {lang: explain.narrative(report, lang) for lang in explain.LANGS}
     return report
+
+
+_CYCLE_KINDS = frozenset(kind for kind, verdict in VERDICT_OF_KIND.items() if verdict == "deadlock")
+
+
+def settle_knots(findings: list[Finding], analysis: GraphAnalysis) -> list[Finding]:
+    """A knot some of whose members a missing-rank error names is their
+    absence, not a deadlock: they moved on (left the loop) and wait, ahead
+    of the others, in a call on another group (rules/missing_rank.py). The
+    knot's cycle finding stays, as a warning: the circular wait is real, its
+    cause is the rank that left."""
+    explained = [{n for n in knot if isinstance(n, int)} for knot in analysis.knots
+                 if any(f.kind == "missing_rank" and f.severity == "error" and f.ranks and set(f.ranks) <= knot
+                        for f in findings)]
+    if not explained:
+        return findings
+    return [replace(f, severity="warning")
+            if f.kind in _CYCLE_KINDS and f.severity == "error" and set(f.ranks) in explained else f
+            for f in findings]
+
+
+# A stack frame as Flight Recorder and c10d print it (`#2 train_step from
+# train.py:15`); the Flight Recorder reader cites its stuck entry's frames so.
+_FRAME = re.compile(r"#\d+ \S.* from \S.*")
+STACK_RANKS = 8   # ranks of one finding whose stacks are cited
+STACK_FRAMES = 3  # frames cited per rank
+
+
+def with_stacks(finding: Finding, incident: Incident) -> Finding:
+    """The finding, with the frames of the stuck call of each rank it names
+    (when a dump recorded them) added to its evidence."""
+    extra: list = []
+    for rank in finding.ranks[:STACK_RANKS]:
+        state = incident.ranks.get(rank)
+        if state is None:
+            continue
+        frames = dict.fromkeys(e for e in state.log_events if _FRAME.fullmatch(e.text))
+        extra += [e for e in frames if e not in finding.evidence and e not in extra][:STACK_FRAMES]
+    return replace(finding, evidence=finding.evidence + tuple(extra)) if extra else finding
 
 
 def _merge_plugin_diagnostics(report: Report, plugins) -> None:

@@ -8,12 +8,21 @@ counters. Its schema changed over the releases and every shape is read:
 - "2.7": adds `nccl_version`; "2.10": `comm_lib_version`, `thread_id/_name`;
 - JSON (`_dump_*_json`): `pg_status` values are strings, unset times are 0,
   no `frames`, and `entries` is missing when the buffer is empty;
-- torch 2.13 with Gloo: `pg_config` keyed by an empty name, `ranks` "[]".
+- torch 2.13 with Gloo: `pg_config` keyed by an empty name, `ranks` "[]",
+  and nothing for the other groups: no member list is claimed from it.
 
 No lark grammar here: a pickle is binary opcodes, read as plain data only by
-`safepickle` (nothing in the file can run), and JSON goes through the C
-decoder with `jsonwalk` for the line of each entry. `ranks` strings like
-"[0, 1, 2, 3]" are parsed by a regular expression, never evaluated.
+`safepickle` (nothing in the file can run, and building it is capped in
+memory), and JSON goes through the C decoder with `jsonwalk` for the line
+of each entry. `ranks` strings like "[0, 1, 2, 3]" are parsed by a regular
+expression, never evaluated.
+
+The loaded value is never walked as a whole (that costs as much as loading
+it, and a hostile one may nest without end, share references a billion
+times or hold itself): it is reached into by key and by bounded slices, and
+nothing is hashed or compared before its type is checked. The fields every
+decision needs are read from all entries at once, a column at a time in C;
+the few entries that reach the record are the only ones read in full.
 
 What a dump says becomes one `ProcessRecord` for the rank in its file name
 (the dump itself never says which rank wrote it):
@@ -31,7 +40,10 @@ What a dump says becomes one `ProcessRecord` for the rank in its file name
   (a coalesced group as one `coalesced` op), and of those the latest issued;
   a rank with nothing unfinished keeps its latest call, completed;
 - send/recv peers in profiling names (`send 0->1`, `recv 1<-0`) are
-  group-local indices: mapped to global ranks through the group's members.
+  group-local indices: mapped to global ranks through the group's members;
+- the stuck entry's stack (`frames`, pickles only) is cited by its innermost
+  frames of the job's own code (torch's are skipped), as FR prints them:
+  `#2 train_step from /job/train.py:15`.
 """
 
 from __future__ import annotations
@@ -41,7 +53,9 @@ import os
 import re
 import reprlib
 from dataclasses import dataclass
+from itertools import compress, repeat
 from json.decoder import JSONDecodeError
+from operator import itemgetter, not_
 
 from .reader import reader_hooks
 from ..model import (DEFAULT_GROUP, P2P_OPS, CommOp, Evidence, GroupProgress, ProcessGroup,
@@ -49,15 +63,18 @@ from ..model import (DEFAULT_GROUP, P2P_OPS, CommOp, Evidence, GroupProgress, Pr
 from . import jsonwalk, safepickle
 from .attribution import rank_from_path
 from .facts import Facts
+from .stacks import _library_file
 from .textio import InputError, read_bytes
 
 KIND = "flight-recorder"
 SOURCE = "flight-recorder"
 RECENT = 8        # entries kept per group in recent_ops
-MAX_FRAMES = 32   # stack frames of the stuck entry kept as evidence
+MAX_FRAMES = 32   # stack frames of the stuck entry looked at
+USER_FRAMES = 3   # of those, the innermost of the job's own code kept as evidence
 MAX_TENSORS = 64  # input_sizes kept per entry
 MAX_DIMS = 16
 _MAX_NAME = 200   # group names, descriptions, versions: longer is not a real dump
+_MAX_PROBE = 64   # leading items looked at to tell a list of entries from anything else
 
 _STATES = ("scheduled", "started", "completed")
 # Backends whose entries carry CUDA/XPU events: their state is the truth. The
@@ -152,7 +169,9 @@ def read_dump(path: str, display: str) -> Dump:
     if not data.strip():
         raise InputError(display, "empty file")
     if data[:1] == b"\x80":
-        return Dump("pickle", safepickle.loads(data, display))
+        # No walk over the result: this reader only reaches into it by key
+        # and bounded slices (and tells a list of non-entries apart).
+        return Dump("pickle", safepickle.loads_unchecked(data, display))
     text = data.decode("utf-8", errors="replace")
     if text.startswith("\ufeff"):
         text = text[1:]
@@ -199,47 +218,39 @@ def _read_json(text: str, start: int) -> Dump:
 
 # ---------------------------------------------------------------- entries
 
-@dataclass(slots=True)
-class _Entry:
-    index: int
-    record_id: int
-    gid: str
-    pg_id: int | None
-    desc: str
-    name: str
-    op: str
-    backend: str
-    is_p2p: bool
-    seq: int
-    coll_seq: int | None
-    p2p_seq: int | None
-    state: str
-    retired: bool
-    timeout_ms: int | None
-    sizes: tuple
-    dtype: str
-    frames: object
-    line: int
-    coalesced_end: bool
-    end: "_Entry | None" = None      # a coalesced member's closing entry
-    members: tuple = ()              # a closing entry's members
-    done: bool = False
-    timed_out: bool = False
-
-
 class _BadEntry(Exception):
     pass
+
+
+_INT_MIN, _INT_MAX = -(1 << 63), 1 << 64  # what a dump's int64/uint64 fields can hold
+_FIELDS = itemgetter("record_id", "profiling_name", "process_group", "pg_id", "is_p2p", "collective_seq_id",
+                     "p2p_seq_id", "state", "retired")
+_NONE = type(None)
+_STATE_SET = frozenset(_STATES)
+
+
+def _fits(value) -> bool:
+    return type(value) is int and _INT_MIN <= value < _INT_MAX
 
 
 def _int(value) -> int | None:
     """An int as a dump stores it: ints (not bools) and, in JSON, digit strings."""
     if type(value) is int:
-        return value
+        return value if _INT_MIN <= value < _INT_MAX else None
     if type(value) is str and 0 < len(value) <= 20:
         text = value.strip()
         if text.lstrip("-").isdigit():
             return int(text)
     return None
+
+
+def _ints(column: list, none: bool = False) -> bool:
+    """Every value an int of 64 bits (or None, when `none`)."""
+    kinds = set(map(type, column))
+    if none and _NONE in kinds:
+        kinds.discard(_NONE)
+        column = [value for value in column if value is not None]
+    return kinds <= {int} and (not column or (min(column) >= _INT_MIN and max(column) < _INT_MAX))
 
 
 def _short(value) -> str:
@@ -258,7 +269,7 @@ def _sizes(value) -> tuple:
         if type(tensor) not in (list, tuple):
             return ()
         dims = tuple(tensor[:MAX_DIMS])
-        if not all(type(d) is int for d in dims):
+        if not all(_fits(d) for d in dims):
             return ()
         out.append(dims)
     return tuple(out)
@@ -273,6 +284,105 @@ def _call(name: str) -> tuple[str, str, bool]:
     if token.endswith("coalesced"):
         return backend.strip().lower(), "coalesced", True
     return backend.strip().lower(), normalize_op(name[:200]), False
+
+
+def _group_of(group, pg_id) -> tuple[str, str]:
+    """(group id, description) of an entry's `process_group` and `pg_id`."""
+    pg_name, desc = (group[0][:_MAX_NAME], group[1][:_MAX_NAME]) if group is not None else (None, "")
+    return pg_name or (str(pg_id) if pg_id is not None else DEFAULT_GROUP), desc
+
+
+class _Table:
+    """A dump's valid entries in record order, one list per field.
+
+    A dump holds thousands of entries and a record needs a dozen of them, so
+    the fields every decision needs are columns (read from all entries at
+    once, `map(dict.get, ...)` in C), and the rest (sizes, dtypes, frames,
+    timeout) is read from the raw entry of the few that reach the record."""
+
+    __slots__ = ("raw", "index", "rid", "gid", "pg_id", "desc", "name", "calls", "closes", "is_p2p", "seq",
+                 "coll", "p2p", "state", "retired", "groups", "end", "members", "done", "timed_out", "timed")
+    groups: dict[str, list[int]]  # positions of each group's entries, in record order
+
+    def __init__(self, raw: list, rows):
+        """`rows`: the columns (index, record_id, group id, pg_id, desc,
+        profiling name, is_p2p, seq, collective seq, p2p seq, state,
+        retired), each a list in record order."""
+        self.raw = raw
+        (self.index, self.rid, self.gid, self.pg_id, self.desc, self.name, self.is_p2p, self.seq, self.coll,
+         self.p2p, self.state, self.retired) = rows
+        self.calls = {name: _call(name[:_MAX_NAME]) for name in set(self.name)}
+        self.closes = any(call[2] for call in self.calls.values())
+        self.groups = _by_group(self)
+        self.end: dict[int, int] = {}                    # coalesced member → its closing entry
+        self.members: dict[int, tuple[int, ...]] = {}    # closing entry → its members
+        self.done: list[bool] = []
+        self.timed_out: list[int] = []
+        self.timed: frozenset = frozenset()
+
+    def __len__(self) -> int:
+        return len(self.rid)
+
+    def get(self, pos: int, key: str):
+        return self.raw[self.index[pos]].get(key)
+
+    def backend(self, pos: int) -> str:
+        return self.calls[self.name[pos]][0]
+
+    def op(self, pos: int) -> str:
+        return self.calls[self.name[pos]][1]
+
+    def closing(self, pos: int) -> bool:
+        """A coalesced group's closing entry (`nccl:coalesced`, `*_coalesced`)."""
+        return self.calls[self.name[pos]][2]
+
+    def column(self, values: list, positions: list[int]) -> list:
+        return values if len(positions) == len(values) else list(map(values.__getitem__, positions))
+
+
+def _bulk(raw: list):
+    """The columns of a dump whose every entry is well formed, or None (then
+    each entry is read on its own and the bad ones become diagnostics)."""
+    n = len(raw)
+    if not n or set(map(type, raw)) != {dict}:
+        return None
+    try:  # one pass over the entries (each is visited once, while in cache), then columns
+        rid, names, groups, pg_ids, is_p2p, coll, p2p, states, retired = zip(*map(_FIELDS, raw))
+    except KeyError:  # a field missing: an older version, or a broken entry
+        return None
+    # Types first, values after: nothing is compared or hashed before its
+    # type is known (a hostile tuple nested deep enough crashes hash()).
+    if (set(map(type, rid)) != {int} or not _ints(coll) or not _ints(p2p) or not _ints(pg_ids, none=True)
+            or set(map(type, names)) != {str} or not all(names)
+            or set(map(type, is_p2p)) != {bool} or set(map(type, retired)) != {bool}
+            or set(map(type, states)) != {str} or not set(states) <= _STATE_SET):
+        return None
+    kinds = set(map(type, groups))
+    if kinds == {list}:
+        groups = list(map(tuple, groups))
+    elif kinds != {tuple}:
+        return None
+    if set(map(len, groups)) != {2}:
+        return None
+    pg_names = list(map(itemgetter(0), groups))
+    descs = list(map(itemgetter(1), groups))
+    if set(map(type, pg_names)) != {str} or set(map(type, descs)) != {str}:
+        return None
+    if len(set(pg_names)) == 1 and len(set(descs)) == 1 and len(set(pg_ids)) == 1:
+        gid, desc = _group_of(groups[0], pg_ids[0])  # one group: the common case, and cheap
+        gid, desc = [gid] * n, [desc] * n
+    else:
+        pairs = list(zip(pg_names, descs, pg_ids))
+        named = {pair: _group_of(pair[:2], pair[2]) for pair in dict.fromkeys(pairs)}
+        gid, desc = map(list, zip(*map(named.__getitem__, pairs)))
+    seq = [p if flag else c for flag, p, c in zip(is_p2p, p2p, coll)] if any(is_p2p) else coll
+    columns = [range(n), rid, gid, pg_ids, desc, names, is_p2p, seq, coll, p2p, states, retired]
+    if all(map(int.__lt__, rid, rid[1:])):  # in record order, as a dump always is
+        return columns if rid[0] >= _INT_MIN and rid[-1] < _INT_MAX else None
+    if not _ints(rid):
+        return None
+    order = sorted(range(n), key=rid.__getitem__)
+    return [list(map(values.__getitem__, order)) for values in columns]
 
 
 def parse_ranks(value) -> tuple[int, ...] | None:
@@ -340,8 +450,10 @@ class _Reader:
         self.facts = facts
         self.display = display
         self.dump = dump
-        self.peers: dict[int, tuple[int, ...]] = {}
+        self.members_of: dict[str, tuple[int, ...]] = {}
         self.ops: dict[int, CommOp] = {}
+        self.table: _Table | None = None
+        self.told: set[int] = set()
 
     def diag(self, message: str, line: int = 0, severity: str = "warning") -> None:
         self.facts.diag(line, message, severity)
@@ -366,19 +478,28 @@ class _Reader:
             self.diag(f"entries is a {type(raw_entries).__name__}, not a list: no entries read")
             raw_entries = []
 
+        if raw_entries and not any(type(raw) is dict for raw in raw_entries[:_MAX_PROBE]):
+            # Entries are mappings: a list of anything else is not a dump (nor
+            # is it walked: it may nest without end or hold itself).
+            where = "the top level" if raw_entries is top else "entries"
+            raise InputError(self.display, f"not a Flight Recorder dump: {where} is a list of "
+                                           f"{type(raw_entries[0]).__name__}, not of entries")
         configs = self.pg_config(config)
-        entries = self.entries(raw_entries)
-        uid_of = self.uids(entries)
-        progress = self.pg_status(status, uid_of, configs, entries)
-        members = self.members(configs, entries)
-        by_group = self.resolve(entries, progress, members)
-        self.record(version, lib, len(raw_entries), entries, by_group, progress, configs)
+        table = self.table = self.entries(raw_entries)
+        uid_of = self.uids(table)
+        progress = self.pg_status(status, uid_of, configs, table)
+        self.members_of = self.members(configs, table)
+        self.resolve(table, progress)
+        self.record(version, lib, len(raw_entries), table, progress, configs)
 
     # ---- pg_config / pg_status
 
     def pg_config(self, config) -> dict[str, tuple[str, tuple[int, ...] | None]]:
         """{group id: (desc, ranks or None)}. The empty key torch 2.13 writes
-        is the default group; an explicit "0" entry wins over it."""
+        is the default group; an explicit "0" entry wins over it. Torch 2.13
+        with Gloo writes only that empty key, with ranks "[]": no member list
+        for any group, so none is claimed (the others' dumps or the world
+        tell the members)."""
         out: dict[str, tuple[str, tuple[int, ...] | None]] = {}
         line = self.dump.key_line("pg_config")
         if config is None:
@@ -402,13 +523,14 @@ class _Reader:
             out[name] = (desc, ranks)
         return out
 
-    def pg_status(self, status, uid_of: dict[int, str], configs,
-                  entries: list[_Entry]) -> dict[str, GroupProgress]:
+    def pg_status(self, status, uid_of: dict[int, str], configs, table: _Table) -> dict[str, GroupProgress]:
         out: dict[str, GroupProgress] = {}
         last_seq: dict[str, int] = {}
-        for entry in entries:
-            if not entry.is_p2p and entry.coll_seq is not None:
-                last_seq[entry.gid] = max(last_seq.get(entry.gid, entry.coll_seq), entry.coll_seq)
+        for gid, positions in table.groups.items():
+            flags = table.column(table.is_p2p, positions)
+            seqs = list(compress(table.column(table.coll, positions), map(not_, flags)))
+            if seqs:
+                last_seq[gid] = max(seqs)
         if status is None:
             return out
         line = self.dump.key_line("pg_status")
@@ -448,42 +570,47 @@ class _Reader:
 
     # ---- entries
 
-    def entries(self, raw_entries: list) -> list[_Entry]:
-        out = []
+    def entries(self, raw_entries: list) -> _Table:
+        """The valid entries. Well-formed dumps are read a column at a time;
+        otherwise entry by entry, each bad one a diagnostic."""
         self.facts.lines_read = len(raw_entries)
+        columns = _bulk(raw_entries)
+        if columns is not None:
+            return _Table(raw_entries, columns)
+        rows = []
         for index, raw in enumerate(raw_entries):
             try:
-                out.append(self.entry(index, raw))
+                rows.append(self.entry(index, raw))
             except _BadEntry as exc:
                 self.facts.unrecognized += 1
                 self.diag(f"entry {index}: {exc}", self.dump.entry_line(index))
-        out.sort(key=lambda e: e.record_id)
-        return out
+        rows.sort(key=itemgetter(1))
+        columns = [list(values) for values in zip(*rows)] if rows else [[] for _ in range(12)]
+        return _Table(raw_entries, columns)
 
-    def entry(self, index: int, raw) -> _Entry:
+    def entry(self, index: int, raw) -> tuple:
+        """One entry's row (see `_Table`), or _BadEntry saying what is wrong."""
         if type(raw) is not dict:
             raise _BadEntry(f"a {type(raw).__name__}, not an entry")
         get = raw.get
         record_id = get("record_id")
-        if type(record_id) is not int:
+        if not _fits(record_id):
             raise _BadEntry(_missing(raw, "record_id"))
         name = get("profiling_name")
         if type(name) is not str or not name:
             raise _BadEntry(_missing(raw, "profiling_name"))
-        backend, op, coalesced_end = _call(name)
+        op = _call(name[:_MAX_NAME])[1]
         group = get("process_group")
         if type(group) in (tuple, list) and len(group) == 2 and type(group[0]) is str and type(group[1]) is str:
-            pg_name, desc = group[0][:_MAX_NAME], group[1][:_MAX_NAME]
-        elif group is None:
-            pg_name, desc = None, ""
-        else:
+            group = tuple(group)
+        elif group is not None:
             raise _BadEntry(f"process_group {_short(group)} is not (name, description)")
         pg_id = get("pg_id")
-        if type(pg_id) is not int:
+        if not _fits(pg_id):
             pg_id = None
-            if pg_name is None:
+            if group is None:
                 raise _BadEntry("missing process_group and pg_id")
-        gid = pg_name or (str(pg_id) if pg_id is not None else DEFAULT_GROUP)
+        gid, desc = _group_of(group, pg_id)
         is_p2p = get("is_p2p")
         if type(is_p2p) is not bool:
             is_p2p = op in P2P_OPS
@@ -492,8 +619,8 @@ class _Reader:
             coll_seq, field = get("seq_id"), "seq_id"
         else:
             field = "p2p_seq_id" if is_p2p else "collective_seq_id"
-        coll_seq = coll_seq if type(coll_seq) is int else None
-        p2p_seq = p2p_seq if type(p2p_seq) is int else None
+        coll_seq = coll_seq if _fits(coll_seq) else None
+        p2p_seq = p2p_seq if _fits(p2p_seq) else None
         seq = p2p_seq if is_p2p and field == "p2p_seq_id" else coll_seq
         if seq is None:
             raise _BadEntry(_missing(raw, field))
@@ -503,34 +630,34 @@ class _Reader:
         retired = get("retired", False)
         if type(retired) is not bool:
             raise _BadEntry(f"retired is {_short(retired)}, not true/false")
-        timeout = get("timeout_ms")
-        if type(timeout) is not int or timeout < 0:
-            timeout = None
-        dtypes = get("input_dtypes")
-        dtype = dtypes[0][:40] if type(dtypes) in (list, tuple) and dtypes and type(dtypes[0]) is str else ""
-        return _Entry(index, record_id, gid, pg_id, desc, name[:200], op, backend, is_p2p, seq, coll_seq,
-                      p2p_seq, state, retired, timeout, _sizes(get("input_sizes")), dtype, get("frames"),
-                      self.dump.entry_line(index), coalesced_end)
+        return index, record_id, gid, pg_id, desc, name, is_p2p, seq, coll_seq, p2p_seq, state, retired
 
-    def uids(self, entries: list[_Entry]) -> dict[int, str]:
-        """pg_id (what pg_status is keyed by) → group id, from the entries."""
+    def uids(self, table: _Table) -> dict[int, str]:
+        """pg_id (what pg_status is keyed by) → group id, from the entries:
+        the first group an id names wins, and a second one is a diagnostic."""
+        firsts = []  # (first position, pg_id, group) of each pg_id of each group
+        for gid, positions in table.groups.items():
+            ids = table.column(table.pg_id, positions)
+            firsts += [(positions[ids.index(pg_id)], pg_id, gid) for pg_id in dict.fromkeys(ids)
+                       if pg_id is not None]
         out: dict[int, str] = {}
-        told: set[int] = set()
-        for entry in entries:
-            if entry.pg_id is None:
-                continue
-            known = out.setdefault(entry.pg_id, entry.gid)
-            if known != entry.gid and entry.pg_id not in told:
-                told.add(entry.pg_id)
-                self.diag(f"entry {entry.index}: pg_id {entry.pg_id} is group {entry.gid!r} here but "
-                          f"{known!r} in earlier entries; pg_status[{entry.pg_id}] is read as group {known!r}",
-                          entry.line)
+        for pos, pg_id, gid in sorted(firsts):
+            known = out.setdefault(pg_id, gid)
+            if known != gid and pg_id not in self.told:
+                self.told.add(pg_id)
+                index = table.index[pos]
+                self.diag(f"entry {index}: pg_id {pg_id} is group {gid!r} here but {known!r} in earlier "
+                          f"entries; pg_status[{pg_id}] is read as group {known!r}", self.dump.entry_line(index))
         return out
 
-    def members(self, configs, entries: list[_Entry]) -> dict[str, tuple[int, ...]]:
+    def members(self, configs, table: _Table) -> dict[str, tuple[int, ...]]:
         out = {gid: ranks for gid, (_, ranks) in configs.items() if ranks}
-        unmapped = sorted({e.gid for e in entries if e.is_p2p and e.gid not in out
-                           and not _is_default(e.gid, e.desc)})
+        unmapped = []
+        for gid, positions in sorted(table.groups.items()):
+            flags = table.column(table.is_p2p, positions)
+            if gid not in out and any(flags) and not all(
+                    _is_default(gid, desc) for desc in set(compress(table.column(table.desc, positions), flags))):
+                unmapped.append(gid)
         for gid in unmapped:
             self.diag(f"group {gid!r}: its ranks are not in pg_config, so the peers of its send/recv "
                       f"(group-local indices) cannot be mapped to global ranks", 0, "info")
@@ -538,106 +665,125 @@ class _Reader:
 
     # ---- what each entry means
 
-    def resolve(self, entries: list[_Entry], progress, members) -> dict[str, list[_Entry]]:
-        by_group: dict[str, list[_Entry]] = {}
-        for entry in entries:
-            by_group.setdefault(entry.gid, []).append(entry)
-        for gid, group in by_group.items():
-            self.coalesce(gid, group)
+    def resolve(self, table: _Table, progress) -> None:
+        """Which entries are done, which timed out, and which coalesced ops
+        close which groups, a group at a time."""
+        done = table.done = list(map(str.__eq__, table.state, repeat("completed")))
+        timed: list[int] = []
+        end = table.end
+        for gid, positions in table.groups.items():
+            self.coalesce(gid, positions, table)
             status = progress.get(gid)
             completed = status.completed if status is not None else None
-            for entry in group:
-                anchor = entry.end or entry
-                entry.done = _done(anchor, completed)
-                entry.timed_out = entry is anchor and entry.retired and not entry.done
-        self.peers = {id(e): _peers(e, members) for e in entries if e.is_p2p or e.members}
-        return by_group
+            if end:
+                pending = positions
+            else:  # without coalesced ops a completed entry is done as it stands
+                pending = list(compress(positions, map(not_, table.column(done, positions))))
+            for pos in pending:
+                anchor = end.get(pos, pos)
+                done[pos] = finished = _done(table, anchor, completed)
+                if anchor == pos and table.retired[pos] and not finished:
+                    timed.append(pos)
+        table.timed_out = sorted(timed)
+        table.timed = frozenset(timed)
 
-    def coalesce(self, gid: str, group: list[_Entry]) -> None:
+    def coalesce(self, gid: str, positions: list[int], table: _Table) -> None:
         """Link a coalesced group's members to its closing entry: the
         consecutive entries before a `*coalesced` one with the same seq."""
-        for at, entry in enumerate(group):
-            if not entry.coalesced_end:
+        seqs = table.column(table.seq, positions)
+        if not (table.closes and any(map(table.closing, positions))) and not any(map(int.__eq__, seqs, seqs[1:])):
+            return  # the common case: no coalesced op, no two neighbours with one seq
+        for at, pos in enumerate(positions):
+            if not table.closing(pos):
                 continue
             found = []
             back = at - 1
             while back >= 0:
-                member = group[back]
-                if member.coalesced_end or member.end is not None or not _same_seq(member, entry):
+                member = positions[back]
+                if table.closing(member) or member in table.end or not _same_seq(table, member, pos):
                     break
                 found.append(member)
                 back -= 1
             for member in found:
-                member.end = entry
-            entry.members = tuple(reversed(found))
-        loose: list[_Entry] = []
-        for entry in group + [None]:
-            if (entry is not None and not entry.coalesced_end and entry.end is None and loose
-                    and entry.is_p2p == loose[-1].is_p2p and entry.seq == loose[-1].seq):
-                loose.append(entry)
+                table.end[member] = pos
+            table.members[pos] = tuple(reversed(found))
+        loose: list[int] = []
+        for pos in positions + [None]:
+            if (pos is not None and not table.closing(pos) and pos not in table.end and loose
+                    and table.is_p2p[pos] == table.is_p2p[loose[-1]] and table.seq[pos] == table.seq[loose[-1]]):
+                loose.append(pos)
                 continue
             if len(loose) > 1:
-                self.diag(f"group {gid!r}: entries record_id {loose[0].record_id}-{loose[-1].record_id} share "
-                          f"{'p2p' if loose[0].is_p2p else 'collective'} seq {loose[0].seq} without a coalesced "
-                          f"end: read one by one", loose[0].line, "info")
-            loose = [entry] if entry is not None and not entry.coalesced_end and entry.end is None else []
+                first = loose[0]
+                self.diag(f"group {gid!r}: entries record_id {table.rid[first]}-{table.rid[loose[-1]]} share "
+                          f"{'p2p' if table.is_p2p[first] else 'collective'} seq {table.seq[first]} without a "
+                          f"coalesced end: read one by one", self.line(first), "info")
+            loose = [pos] if pos is not None and not table.closing(pos) and pos not in table.end else []
 
-    def comm_op(self, entry: _Entry) -> CommOp:
-        known = self.ops.get(id(entry))
+    def line(self, pos: int) -> int:
+        return self.dump.entry_line(self.table.index[pos])
+
+    def comm_op(self, pos: int) -> CommOp:
+        known = self.ops.get(pos)
         if known is not None:
             return known
-        peers = self.peers.get(id(entry), ())
-        sizes, dtype = entry.sizes, entry.dtype
-        if entry.members:
-            sizes = tuple(s for m in entry.members for s in m.sizes)[:MAX_TENSORS] or sizes
-            dtype = next((m.dtype for m in entry.members if m.dtype), dtype)
-        state = "completed" if entry.done else entry.state
-        text = f"entry record_id={entry.record_id} pg={entry.gid} seq={entry.seq} {entry.name} {entry.state}"
-        if entry.retired:
-            text += ", retired" + ("" if entry.done else " without completing (timed out)")
-        if entry.members:
-            text += f" ({len(entry.members)} coalesced ops)"
-        op = self.ops[id(entry)] = CommOp(
-            op=entry.op, group=entry.gid, seq=entry.seq, state=state, peers=peers, sizes=sizes, dtype=dtype,
-            timeout_ms=entry.timeout_ms, elapsed_ms=entry.timeout_ms if entry.timed_out else None,
-            evidence=Evidence(self.display, entry.line, text))
+        table = self.table
+        members = table.members.get(pos, ())
+        peers = _peers(table, pos, self.members_of) if table.is_p2p[pos] or members else ()
+        sizes, dtype = _sizes(table.get(pos, "input_sizes")), _dtype(table.get(pos, "input_dtypes"))
+        if members:
+            sizes = tuple(s for m in members for s in _sizes(table.get(m, "input_sizes")))[:MAX_TENSORS] or sizes
+            dtype = next((d for d in (_dtype(table.get(m, "input_dtypes")) for m in members) if d), dtype)
+        timeout = table.get(pos, "timeout_ms")
+        timeout = timeout if _fits(timeout) and timeout >= 0 else None
+        done, timed_out = table.done[pos], pos in table.timed
+        gid, seq, name = table.gid[pos], table.seq[pos], table.name[pos][:200]
+        text = f"entry record_id={table.rid[pos]} pg={gid} seq={seq} {name} {table.state[pos]}"
+        if table.retired[pos]:
+            text += ", retired" + ("" if done else " without completing (timed out)")
+        if members:
+            text += f" ({len(members)} coalesced ops)"
+        op = self.ops[pos] = CommOp(
+            op=table.op(pos), group=gid, seq=seq, state="completed" if done else table.state[pos], peers=peers,
+            sizes=sizes, dtype=dtype, timeout_ms=timeout, elapsed_ms=timeout if timed_out else None,
+            evidence=Evidence(self.display, self.line(pos), text))
         return op
 
     # ---- the record
 
-    def record(self, version: str, lib: str, count: int, entries: list[_Entry], by_group, progress,
-               configs) -> None:
+    def record(self, version: str, lib: str, count: int, table: _Table, progress, configs) -> None:
         facts, display = self.facts, self.display
         op_of = self.comm_op
-        stuck: list[_Entry] = []
-        for group in by_group.values():
-            first = next((e for e in group if not e.done), None)
-            if first is not None:
-                stuck.append(first.end or first)
+        done = table.done
+        stuck: list[int] = []
+        for positions in table.groups.values():
+            flags = table.column(done, positions)
+            if not all(flags):
+                first = positions[flags.index(False)]
+                stuck.append(table.end.get(first, first))
         if stuck:
-            last = max(stuck, key=lambda e: e.record_id)
+            last = max(stuck, key=table.rid.__getitem__)
         else:
-            last = entries[-1] if entries else None
+            last = len(table) - 1 if len(table) else None
         last_op = op_of(last) if last is not None else None
 
-        recent = sorted((e for group in by_group.values() for e in group[-RECENT:]), key=lambda e: e.record_id)
-        timed_out = [e for e in entries if e.timed_out]
-        errors = [op_of(e).evidence for e in timed_out[:RECENT]]
-        if last is not None and not last.done:
+        recent = sorted(pos for positions in table.groups.values() for pos in positions[-RECENT:])
+        timed_out = table.timed_out
+        errors = [op_of(pos).evidence for pos in timed_out[:RECENT]]
+        if last is not None and not done[last]:
             errors.extend(self.frames(last))
         if timed_out:
             first = timed_out[0]
-            what = f"{first.op} #{first.seq} on group {first.gid}"
-            limit = f" after {first.timeout_ms} ms" if first.timeout_ms is not None else ""
+            what = f"{table.op(first)} #{table.seq[first]} on group {table.gid[first]}"
+            timeout = op_of(first).timeout_ms
+            limit = f" after {timeout} ms" if timeout is not None else ""
             more = f" ({len(timed_out) - 1} more calls timed out)" if len(timed_out) > 1 else ""
             facts.stuck.append(StuckSignal(
                 "watchdog_timeout", f"{what} was retired without completing: timed out{limit}{more}",
                 op_of(first).evidence, detail_zh=f"{what} 未完成即被回收：已超时{limit}"))
 
-        descs: dict[str, str] = {}
-        for entry in entries:
-            if entry.desc:
-                descs.setdefault(entry.gid, entry.desc)
+        descs = {gid: next(filter(None, table.column(table.desc, positions)), "")
+                 for gid, positions in table.groups.items()}
         for gid, (desc, ranks) in configs.items():
             if ranks:
                 facts.groups.append(ProcessGroup(gid, desc or descs.get(gid, ""), ranks))
@@ -650,27 +796,51 @@ class _Reader:
         summary = f"{version}{form} dump, {count} entries" + (f"; comm lib {lib}" if lib else "")
         facts.records.append(ProcessRecord(
             SOURCE, display, rank=rank, last_op=last_op,
-            recent_ops=tuple(op_of(e) for e in recent), progress=progress,
+            recent_ops=tuple(op_of(pos) for pos in recent), progress=progress,
             errors=tuple(errors), timed_out=bool(timed_out),
             evidence=Evidence(display, 0, summary)))
 
-    def frames(self, entry: _Entry) -> list[Evidence]:
-        """The stuck entry's stack, as FR prints it (`#0 all_reduce from file:line`)."""
-        frames = entry.frames
-        if not frames and entry.members:
-            frames = entry.members[0].frames
+    def frames(self, pos: int) -> list[Evidence]:
+        """Where the stuck call was made: the innermost frames of the job's
+        own code in the entry's stack (torch and other libraries skipped),
+        as FR prints them (`#2 train_step from train.py:15`); the innermost
+        frames when none is the job's."""
+        table = self.table
+        frames = table.get(pos, "frames")
+        members = table.members.get(pos, ())
+        if not frames and members:
+            frames = table.get(members[0], "frames")
         if not isinstance(frames, (list, tuple)):
             return []
-        out = []
+        found = []
         for number, frame in enumerate(frames[:MAX_FRAMES]):
             if not isinstance(frame, dict):
                 continue
             name, filename, line = frame.get("name"), frame.get("filename"), frame.get("line")
             if not isinstance(name, str):
                 continue
-            where = f"{filename[:300]}:{line if type(line) is int else '?'}" if isinstance(filename, str) else "?"
-            out.append(Evidence(self.display, entry.line, f"#{number} {name[:200]} from {where}"))
-        return out
+            filename = filename[:300] if isinstance(filename, str) else ""
+            where = f"{filename}:{line if _fits(line) else '?'}" if filename else "?"
+            found.append((bool(filename) and not _library_file(filename),
+                          Evidence(self.display, self.line(pos), f"#{number} {name[:200]} from {where}")))
+        own = [evidence for is_own, evidence in found if is_own]
+        return (own or [evidence for _, evidence in found])[:USER_FRAMES]
+
+
+def _by_group(table: _Table) -> dict[str, list[int]]:
+    gids = table.gid
+    if not gids:
+        return {}
+    if len(set(gids)) == 1:
+        return {gids[0]: list(range(len(gids)))}
+    out: dict[str, list[int]] = {}
+    for pos, gid in enumerate(gids):
+        out.setdefault(gid, []).append(pos)
+    return out
+
+
+def _dtype(dtypes) -> str:
+    return dtypes[0][:40] if type(dtypes) in (list, tuple) and dtypes and type(dtypes[0]) is str else ""
 
 
 def _missing(raw: dict, field: str) -> str:
@@ -681,46 +851,48 @@ def _missing(raw: dict, field: str) -> str:
     return f"missing {field}" + (f" (record_id {record})" if record is not None and field != "record_id" else "")
 
 
-def _same_seq(member: _Entry, end: _Entry) -> bool:
-    if member.is_p2p and member.p2p_seq is not None:
-        return member.p2p_seq == end.p2p_seq
-    return member.coll_seq is not None and member.coll_seq == end.coll_seq
+def _same_seq(table: _Table, member: int, end: int) -> bool:
+    if table.is_p2p[member] and table.p2p[member] is not None:
+        return table.p2p[member] == table.p2p[end]
+    return table.coll[member] is not None and table.coll[member] == table.coll[end]
 
 
-def _done(entry: _Entry, completed: int | None) -> bool:
+def _done(table: _Table, pos: int, completed: int | None) -> bool:
     """Whether the call finished. NCCL's own events decide for NCCL (its
     pg_status can move past a hung collective when a later send completes);
     for Gloo, pg_status's last completed collective, else `retired`."""
-    if entry.state == "completed":
+    if table.state[pos] == "completed":
         return True
-    if entry.backend in _EVENT_BACKENDS:
+    if table.backend(pos) in _EVENT_BACKENDS:
         return False
-    if not entry.is_p2p and completed is not None and entry.coll_seq is not None:
-        return entry.coll_seq <= completed
-    return entry.retired
+    if not table.is_p2p[pos] and completed is not None and table.coll[pos] is not None:
+        return table.coll[pos] <= completed
+    return table.retired[pos]
 
 
 def _is_default(gid: str, desc: str) -> bool:
     return gid == DEFAULT_GROUP or desc == "default_pg"
 
 
-def _peers(entry: _Entry, members: dict[str, tuple[int, ...]]) -> tuple[int, ...]:
+def _peers(table: _Table, pos: int, members: dict[str, tuple[int, ...]]) -> tuple[int, ...]:
     """Global ranks of the other side of a send/recv (or of every member of
     a coalesced group). Indices in names are group-local."""
     local: list[int] = []
-    for item in entry.members or (entry,):
-        match = _SEND.search(item.name)
+    for item in table.members.get(pos) or (pos,):
+        name = table.name[item][:200]
+        match = _SEND.search(name)
         if match is not None:
             local.append(int(match.group(2)))
             continue
-        match = _RECV.search(item.name)
+        match = _RECV.search(name)
         if match is not None:
             local.append(int(match.group(2)))
     if not local:
         return ()
-    ranks = members.get(entry.gid)
+    gid = table.gid[pos]
+    ranks = members.get(gid)
     if ranks is None:
-        if not _is_default(entry.gid, entry.desc):
+        if not _is_default(gid, table.desc[pos]):
             return ()
         return tuple(sorted(set(local)))
     if any(i >= len(ranks) for i in local):

@@ -2,42 +2,70 @@
 
 Flight Recorder dumps are pickles, and a pickle is a program: GLOBAL and
 REDUCE call any function the file names (`os.system`, `eval`, ...). A dump
-from a broken job is still someone else's file, so it is read in three steps:
+from a broken job is still someone else's file. It is read in two ways:
 
-1. A scan of the opcodes, before anything is built, rejects every opcode that
-   imports or calls (GLOBAL, STACK_GLOBAL, REDUCE, BUILD, INST, OBJ, NEWOBJ,
-   NEWOBJ_EX, EXT1/2/4, PERSID, BINPERSID) and out-of-band buffers
-   (NEXT_BUFFER, READONLY_BUFFER), and the tricks that cost memory before the
-   loader notices anything wrong: a string or bytes opcode that declares more
-   bytes than the file holds (the C loader allocates the declared size first),
-   a memo slot beyond the ones in use (the memo is an array sized by the
-   largest index: slot 2**32-1 is 32 GiB), an integer longer than 32 bytes,
-   more than `max_items` opcodes, more than `max_depth` open MARKs.
-2. `pickle.Unpickler` builds the data, with `find_class` and
-   `persistent_load` refusing everything: plain containers and scalars need
-   no class. Real Flight Recorder dumps hold only dicts, lists, tuples, str,
-   int, float, bool and None (torch's C++ pickler writes them with PROTO 2,
-   BINUNICODE, BININT*, LONG1, BINPUT/BINGET), so nothing is lost. The
-   scanned opcodes reach it as one protocol-4 frame, read in one call rather
-   than one call per opcode.
-3. A walk over the result rejects nesting deeper than `max_depth` (a cycle,
-   a list that holds itself, is infinitely deep) and more than `max_items`
-   objects counting every shared reference again (memo "billion laughs": ten
-   lists of ten references to the list before are 10**10 items to whoever
-   walks them).
+The fast path, tried first: CPython's C `pickle.Unpickler` with
+`find_class` and `persistent_load` refusing everything. Only those two ever
+produce a callable (GLOBAL, STACK_GLOBAL, INST, OBJ and EXT1/2/4 go through
+`find_class`; PERSID and BINPERSID through `persistent_load`), so REDUCE,
+BUILD, NEWOBJ and NEWOBJ_EX find a str, int or container where a callable
+or class should be and fail without calling anything; NEXT_BUFFER and
+READONLY_BUFFER fail for want of out-of-band buffers. What the C loader does
+not stop is memory: LONG_BINPUT 2**31 makes it allocate and clear a memo of
+2**32 slots (32 GiB), BINBYTES8 and BYTEARRAY8 allocate the size they
+declare before reading it. So the load runs under a temporary soft
+RLIMIT_AS of what the process uses plus a budget proportional to the file
+(restored afterwards, in `finally`): such a file ends in MemoryError, not in
+the kernel's OOM killer. The opcodes reach the loader as one protocol-4
+frame from an object with only `read`/`readline`, so it reads the file in
+one call (and never takes the `readinto` path, which leaks a buffer export
+on truncated BINBYTES8).
 
-Every rejection is an `InputError(display, "unsafe pickle: ...")` or a
-"truncated pickle"/"not a pickle" reason; nothing in the file runs.
+The detailed path, taken whenever the fast one fails for any reason: a
+pure-Python scan of the opcodes, before anything is built, that names the
+first offending opcode and its byte offset: every opcode that imports or
+calls, out-of-band buffers, a string or bytes opcode that declares more
+bytes than the file holds, a memo slot beyond the ones in use, an integer
+longer than 32 bytes, more than `max_items` opcodes, more than `max_depth`
+open MARKs. A file the scan accepts is then built by the same loader, now
+without a memory cap (the scan bounded it). So a refusal always names the
+file and, where it is an opcode, the opcode and its position; a dump that
+only ran out of budget (a legitimately huge one) is still read.
+
+Both paths end with `check_shape` over the result: nesting deeper than
+`max_depth` (a cycle, a list that holds itself, is infinitely deep), more
+than `max_items` objects counting every shared reference again (memo
+"billion laughs": ten lists of ten references to the list before are 10**10
+items to whoever walks them), and integers beyond 256 bits. It walks level
+by level in C (`gc.get_referents`), and uses reference counts to tell the
+containers held once (almost all of them) from the shared ones, which alone
+need counting. After it, callers may walk the value without limits; the
+Flight Recorder reader still only reaches into it by key and bounded slices.
+
+Real Flight Recorder dumps hold only dicts, lists, tuples, str, int, float,
+bool and None (torch's C++ pickler writes PROTO 2, BINUNICODE, BININT*,
+LONG1, BINPUT/BINGET), so nothing of theirs is refused. Every refusal is an
+`InputError(display, "unsafe pickle: ...")` or a "truncated pickle"/"not a
+pickle"/"unreadable pickle" reason; nothing in the file runs.
 """
 
 from __future__ import annotations
 
 import gc
 import io
+import os
 import pickle
 import pickletools
+import threading
 from collections import Counter
-from itertools import compress
+from itertools import compress, repeat
+from operator import is_, not_
+from sys import getrefcount
+
+try:
+    import resource
+except ImportError:  # not a Unix: no address-space cap, so no fast path
+    resource = None
 
 from .textio import InputError, read_bytes
 
@@ -45,6 +73,7 @@ MAX_BYTES = 512 << 20
 MAX_DEPTH = 100
 MAX_ITEMS = 50_000_000
 MAX_INT_BYTES = 32  # 256-bit integers; Flight Recorder's largest are 64-bit nanoseconds
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 _FORBIDDEN = frozenset({
     "GLOBAL", "STACK_GLOBAL", "REDUCE", "BUILD", "INST", "OBJ", "NEWOBJ", "NEWOBJ_EX",
@@ -115,14 +144,26 @@ _NUMBER_LINES = frozenset({_CODES["INT"], _CODES["LONG"], _CODES["GET"]})
 
 
 class _PlainData(pickle.Unpickler):
-    """The standard loader with every class lookup refused (the scan already
-    rejected the opcodes that would ask; this is the second lock)."""
+    """The C loader with every class and persistent-id lookup refused: the
+    only ways a pickle can name a callable, so nothing can be called."""
 
     def find_class(self, module, name):
         raise pickle.UnpicklingError(f"class {module}.{name} refused")
 
     def persistent_load(self, pid):
         raise pickle.UnpicklingError("persistent id refused")
+
+
+class _Source:
+    """What the loader reads from: `read` and `readline` only. Without
+    `readinto` the C loader copies what read() returns, and a frame is one
+    read() call."""
+
+    __slots__ = ("read", "readline")
+
+    def __init__(self, data: bytes):
+        buffer = io.BytesIO(data)
+        self.read, self.readline = buffer.read, buffer.readline
 
 
 def load_path(path: str, display: str, **limits):
@@ -142,28 +183,203 @@ def loads(data: bytes, display: str, *, max_bytes: int = MAX_BYTES, max_depth: i
     (protocol 2 and later, which is what every Flight Recorder writes), so
     that text or other binary files read as "not a pickle" rather than as a
     stream of odd opcodes."""
+    return _load(data, display, max_bytes, max_depth, max_items, require_header, walk=True)
+
+
+def loads_unchecked(data: bytes, display: str, *, max_bytes: int = MAX_BYTES):
+    """Like `loads`, without the walk over the result: nothing in `data` ran
+    and building it stayed within the memory budget, but the value may nest
+    deeply, share references or hold itself. Only for callers that reach
+    into it by key and bounded slices and never walk or hash what they did
+    not check (the Flight Recorder reader); the walk costs as much as the
+    load itself."""
+    return _load(data, display, max_bytes, MAX_DEPTH, MAX_ITEMS, True, walk=False)
+
+
+def _load(data: bytes, display: str, max_bytes: int, max_depth: int, max_items: int, require_header: bool,
+          walk: bool):
     if len(data) > max_bytes:
         raise InputError(display, f"pickle larger than {_size(max_bytes)}: not read")
     if require_header and not (len(data) >= 2 and data[0] == 0x80 and 2 <= data[1] <= pickle.HIGHEST_PROTOCOL):
         raise InputError(display, "not a pickle: no protocol 2-5 header")
-    end = scan(data, display, max_depth=max_depth, max_items=max_items)
+    nesting = _tuple_nesting_bound(data)
+    with _gc_paused():
+        value, built = fast_load(data, nesting)
+        refused = None
+        if built:
+            if not walk:
+                return value
+            try:
+                check_shape(value, display, max_depth=max_depth, max_items=max_items)
+                return value
+            except InputError as exc:
+                refused = exc
+        value = None
+        # The detailed path: the first unsafe or malformed opcode, by name and offset.
+        end = scan(data, display, max_depth=max_depth, max_items=max_items)
+        if refused is not None:
+            raise refused  # built from the same opcodes: a shape the scan cannot see
+        try:
+            value = _build(_framed(data, end), nesting, None)
+        except _TooDeep as exc:
+            raise InputError(display, f"unsafe pickle: {exc}") from None
+        except RecursionError:
+            raise InputError(display, f"unsafe pickle: nested deeper than {max_depth} levels") from None
+        except MemoryError:
+            raise InputError(display, "unsafe pickle: more data than memory allows") from None
+        except Exception as exc:  # the loader's own complaint about malformed data
+            raise InputError(display, f"unreadable pickle: {_reason(exc)}") from None
+        if walk:
+            check_shape(value, display, max_depth=max_depth, max_items=max_items)
+        return value
+
+
+# Address space the fast path may add: a fixed allowance plus this many
+# bytes per byte of pickle. A real dump builds about 12 bytes of objects per
+# byte of file; the worst plain data (empty dicts, `}a`) about 50.
+BUDGET_BASE = 64 << 20
+BUDGET_PER_BYTE = 64
+
+
+def fast_load(data: bytes, nesting: int | None = None) -> tuple[object, bool]:
+    """(value, True) when the C loader builds `data` within the memory
+    budget with nothing refused; (None, False) on any failure at all, which
+    `loads` then explains with the scanner. No shape check here."""
+    if nesting is None:
+        nesting = _tuple_nesting_bound(data)
     try:
-        value = _PlainData(io.BytesIO(_framed(data, end))).load()
-    except RecursionError:
-        raise InputError(display, f"unsafe pickle: nested deeper than {max_depth} levels") from None
-    except MemoryError:
-        raise InputError(display, "unsafe pickle: more data than memory allows") from None
-    except Exception as exc:  # the loader's own complaint about malformed data
-        raise InputError(display, f"unreadable pickle: {_reason(exc)}") from None
-    check_shape(value, display, max_depth=max_depth, max_items=max_items)
+        return _build(_framed(data, len(data)), nesting, BUDGET_BASE + BUDGET_PER_BYTE * len(data)), True
+    except Exception:  # MemoryError, UnpicklingError, a refused class, REDUCE on a str, no cap, ...
+        return None, False
+
+
+# Hashing a tuple hashes its items first, in C, with no recursion limit: a
+# dict key or set item that is a tuple nested 140,000 deep (two bytes a
+# level: EMPTY_TUPLE, then TUPLE1 after TUPLE1) overflows an 8 MiB stack
+# while the loader is still running. Every level is one TUPLE, TUPLE1,
+# TUPLE2 or TUPLE3 opcode, so the count of those bytes bounds the nesting;
+# the loader runs where that much nesting fits in the stack.
+_TUPLE_OPCODES = b"t\x85\x86\x87"  # TUPLE, TUPLE1, TUPLE2, TUPLE3
+_STACK_PER_LEVEL = 128         # bytes of C stack per level of tuple hashing (measured: ~60)
+_INLINE_NESTING = 30_000       # fits any thread stack of 4 MiB or more
+_MAX_NESTING = 1_000_000       # beyond: not read (a real dump has one TUPLE2 per entry)
+
+
+class _TooDeep(Exception):
+    pass
+
+
+def _tuple_nesting_bound(data: bytes) -> int:
+    return len(data) - len(data.translate(None, _TUPLE_OPCODES))
+
+
+def _build(body: bytes, nesting: int, budget: int | None):
+    """The C loader over `body`, under a memory budget (None: none), in this
+    thread or, when tuples in it could nest deeper than its stack holds, in
+    a thread with a stack deep enough."""
+    if nesting <= _INLINE_NESTING:
+        return _run(body, budget)
+    if nesting > _MAX_NESTING:
+        raise _TooDeep(f"{nesting} tuple opcodes: tuples could nest deeper than the loader can hash "
+                       f"(only plain data is accepted)")
+    stack = nesting * _STACK_PER_LEVEL + (8 << 20)
+    outcome: list = []
+
+    def target():
+        try:
+            outcome.append((True, _run(body, budget)))
+        except BaseException as exc:  # handed to the caller's thread
+            outcome.append((False, exc))
+
+    previous = threading.stack_size(stack)
+    try:
+        worker = threading.Thread(target=target, name="safepickle-load", daemon=True)
+        worker.start()
+    finally:
+        threading.stack_size(previous)
+    worker.join()
+    ok, value = outcome[0]
+    if not ok:
+        raise value
     return value
+
+
+def _run(body: bytes, budget: int | None):
+    if budget is None:
+        return _PlainData(_Source(body)).load()
+    # The cap is taken here, after any thread stack was mapped, so the
+    # stack does not eat the budget.
+    with _address_space(budget) as capped:
+        if not capped:
+            raise MemoryError("no address-space cap available")
+        return _PlainData(_Source(body)).load()
+
+
+class _address_space:
+    """A temporary soft RLIMIT_AS of what the process maps now plus `extra`
+    bytes (never above a limit already in force), restored on exit. Enters
+    as False where that cannot be measured or set (not Linux): the caller
+    must then not build anything unscanned. The limit is process-wide:
+    another thread allocating meanwhile shares the budget."""
+
+    __slots__ = ("extra", "saved")
+
+    def __init__(self, extra: int):
+        self.extra = extra
+        self.saved = None
+
+    def __enter__(self) -> bool:
+        if resource is None:
+            return False
+        try:
+            with open("/proc/self/statm", "rb") as handle:
+                mapped = int(handle.read().split()[0]) * _PAGE
+            soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        except (OSError, ValueError, IndexError):
+            return False
+        cap = mapped + self.extra
+        if hard != resource.RLIM_INFINITY:
+            cap = min(cap, hard)
+        if soft != resource.RLIM_INFINITY:
+            cap = min(cap, soft)
+        if cap <= mapped:
+            return False
+        if cap != soft:
+            try:
+                resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+            except (OSError, ValueError):
+                return False
+            self.saved = (soft, hard)
+        return True
+
+    def __exit__(self, *exc) -> None:
+        if self.saved is not None:
+            resource.setrlimit(resource.RLIMIT_AS, self.saved)
+            self.saved = None
+
+
+class _gc_paused:
+    """Building a dump makes ~10**5 containers and none of them cyclic:
+    collections in the middle only cost time (a cyclic hostile file is
+    collected after)."""
+
+    __slots__ = ("was",)
+
+    def __enter__(self):
+        self.was = gc.isenabled()
+        gc.disable()
+
+    def __exit__(self, *exc):
+        if self.was:
+            gc.enable()
 
 
 def _framed(data: bytes, end: int) -> bytes:
     """The pickle as one protocol-4 frame. An Unpickler reading a file calls
     its read() for every opcode of an unframed pickle (protocols 0-3, which
     is what torch writes), five times slower than `pickle.loads`; inside a
-    frame it reads the frame once. The opcodes are the same ones scanned."""
+    frame it reads the frame once. The opcodes are the same ones (a FRAME
+    opcode inside is an error either way)."""
     if data[0] == 0x80 and data[1] >= 4:
         return data[:end]
     body = data[2:end] if data[0] == 0x80 else data[:end]
@@ -276,59 +492,87 @@ def _truncated(display: str, code: int, pos: int, wanted: int, left: int) -> Inp
 
 _CONTAINERS = frozenset({list, dict, tuple, set, frozenset})
 _IS_CONTAINER = _CONTAINERS.__contains__
+_INT_LIMIT = 1 << (8 * MAX_INT_BYTES - 1)  # what a 32-byte LONG1/LONG4 can hold
+
+
+def _children(parents: list) -> tuple[list, list, list, list]:
+    """(every object `parents` reference, their types, the containers among
+    them, those containers' reference counts)."""
+    refs = gc.get_referents(*parents)
+    types = list(map(type, refs))
+    kids = list(compress(refs, map(_IS_CONTAINER, types)))
+    return refs, types, kids, list(map(getrefcount, kids))
+
+
+def _held_once() -> int:
+    """The reference count `_children` sees for a container that exactly one
+    other object holds (the temporaries of `_children` included)."""
+    inner: list = []
+    outer = [inner]
+    del inner
+    return _children([outer])[3][0]
+
+
+_HELD_ONCE = _held_once()
 
 
 def check_shape(value, display: str, *, max_depth: int = MAX_DEPTH, max_items: int = MAX_ITEMS) -> int:
     """Reject nesting deeper than `max_depth` (a reference cycle is infinitely
-    deep) and more than `max_items` objects counted as a tree: a reference
-    shared n times counts n times. Returns that count.
+    deep), more than `max_items` objects counted as a tree (a reference
+    shared n times counts n times) and integers beyond 256 bits. Returns
+    that count.
 
     Walks level by level with `gc.get_referents`, so the work per level is in
-    C; a container referenced from many places is visited once per level with
-    its multiplicity. Most containers are referenced once: a level is its
-    distinct containers, one common multiplicity `base` and the exceptions in
-    `extra`. (Strings used as dict keys are not counted: CPython does not
-    traverse them.)"""
+    C. A level is its distinct containers grouped by how many tree paths
+    reach them. A container whose reference count says one object holds it
+    (nearly all of them) inherits its parent's count as is; only the others
+    (shared frame dicts, memo tricks, cycles) are counted by identity.
+    (Strings used as dict keys are not counted: CPython does not traverse
+    them.)"""
     if type(value) not in _CONTAINERS:
+        if type(value) is int and not -_INT_LIMIT <= value < _INT_LIMIT:
+            raise _big_int(display, value)
         return 1
     total, depth = 1, 1
-    level: list = [value]
-    base, extra = 1, {}
+    level: dict[int, list] = {1: [value]}  # tree paths reaching each → the containers
     while level:
         if depth > max_depth:
             raise InputError(display, f"unsafe pickle: nested deeper than {max_depth} levels "
                                       f"(or a container holds itself)")
-        common = [obj for obj in level if id(obj) not in extra] if extra else level
-        refs = gc.get_referents(*common)
-        total += base * len(refs)
-        kids = list(compress(refs, map(_IS_CONTAINER, map(type, refs))))
-        unique = dict(zip(map(id, kids), kids))
-        weights: dict[int, int] = {}
-        if len(unique) != len(kids):
-            for key, n in Counter(map(id, kids)).most_common():
-                if n == 1:
-                    break
-                weights[key] = n * base
-        by_weight: dict[int, list] = {}
-        for obj in level if extra else ():
-            times = extra.get(id(obj))
-            if times is not None:
-                by_weight.setdefault(times, []).append(obj)
-        for times, objs in by_weight.items():
-            refs = gc.get_referents(*objs)
-            total += times * len(refs)
-            for kid in compress(refs, map(_IS_CONTAINER, map(type, refs))):
-                key = id(kid)
-                if key not in weights:
-                    weights[key] = base if key in unique else 0
-                weights[key] += times
-                unique[key] = kid
-        if total > max_items:
-            raise InputError(display, f"unsafe pickle: more than {max_items} items once shared "
-                                      f"references are expanded")
-        level, extra = list(unique.values()), {k: w for k, w in weights.items() if w != base}
+        following: dict[int, list] = {}
+        shared: dict[int, int] = {}  # id → tree paths, for containers held more than once
+        objects: dict[int, object] = {}
+        for paths, parents in level.items():
+            refs, types, kids, counts = _children(parents)
+            total += paths * len(refs)
+            if total > max_items:
+                raise InputError(display, f"unsafe pickle: more than {max_items} items once shared "
+                                          f"references are expanded")
+            if int in types:
+                ints = list(compress(refs, map(is_, types, repeat(int))))
+                if max(ints) >= _INT_LIMIT or min(ints) < -_INT_LIMIT:
+                    raise _big_int(display, max(ints, key=abs))
+            if not kids:
+                continue
+            if max(counts) <= _HELD_ONCE:
+                following.setdefault(paths, []).extend(kids)
+                continue
+            once = list(map(_HELD_ONCE.__ge__, counts))
+            following.setdefault(paths, []).extend(compress(kids, once))
+            many = list(compress(kids, map(not_, once)))
+            objects.update(zip(map(id, many), many))
+            for key, times in Counter(map(id, many)).items():
+                shared[key] = shared.get(key, 0) + times * paths
+        for key, paths in shared.items():
+            following.setdefault(paths, []).append(objects[key])
+        level = following
         depth += 1 if level else 0
     return total
+
+
+def _big_int(display: str, value: int) -> InputError:
+    return InputError(display, f"unsafe pickle: holds a {(value.bit_length() + 8) // 8}-byte integer "
+                               f"(only plain data is accepted)")
 
 
 def _size(n: int) -> str:

@@ -1,6 +1,24 @@
 """collective-mismatch: members of one group at the same position (seq) call
 different collectives, or the same one with different sizes or dtypes. No
-amount of waiting completes such a call: it needs no evidence of a hang."""
+amount of waiting completes such a call: it needs no evidence of a hang.
+
+Two more of the classes PyTorch's Flight Recorder analyzer reports, each its
+own rule, every position of every group (the analyzer stops at a group's
+first):
+
+- collective-state-mismatch: at one position some members completed the
+  call while others are still in it (scheduled or started), or, with CUDA
+  events, some started it while others have not (their stream is busy with
+  something before it); coalesced groups of different lengths. The members
+  behind are named.
+- collective-missing-ranks: members with no entry at a position others
+  reached: their last call on the group came before it (or, for a group
+  whose members are known, they never called on it at all).
+
+Neither bears a verdict: the rank everyone waits for is the wait-for graph's
+to find (comm-waits already draws those waits: a member that has not
+arrived at a position is waited on). They say, position by position, what
+the dumps disagree about."""
 
 from __future__ import annotations
 
@@ -13,6 +31,9 @@ from ..ranges import compact as _ranks
 
 ID = "collective-mismatch"
 KIND = "collective_mismatch"
+STATE_ID, STATE_KIND = "collective-state-mismatch", "collective_state_mismatch"
+MISSING_ID, MISSING_KIND = "collective-missing-ranks", "collective_missing_ranks"
+SHOWN = 8  # positions spelled out in a message; evidence per finding is 2 × SHOWN at most
 HINT = ("Make every rank of the group issue the same collectives in the same order: look for "
         "rank-dependent branches (`if rank == 0: all_reduce(...)`), uneven data shards that end one "
         "rank's loop early, or tensors built with rank-dependent shapes or dtypes.")
@@ -53,12 +74,36 @@ def forensics_findings(incident):
     for (group, seq), ops in sorted(positions.items(), key=lambda kv: (str(kv[0][0]), str(kv[0][1]))):
         if len(ops) < 2:
             continue
-        for field, key in (("op", lambda op: op.op), ("dtype", lambda op: op.dtype),
-                           ("sizes", lambda op: op.sizes)):
-            if len({key(op) for op in ops.values() if key(op)}) > 1:
+        if _differs(ops, _OP):
+            findings.append(_finding(group, seq, ops, "op", _OP))
+            continue  # sizes and dtypes of different collectives say nothing more
+        for field, key in (("dtype", _DTYPE), ("sizes", _SIZES)):
+            if _differs(ops, key):
                 findings.append(_finding(group, seq, ops, field, key))
-                break
+    numbered = defaultdict(dict)  # group → {seq: {rank: CommOp}}
+    for (group, seq), ops in positions.items():
+        if seq != "?" and not group.startswith(UNIDENTIFIED_GROUP):
+            numbered[group][seq] = ops
+    for group in sorted(numbered, key=str):
+        findings += _state_mismatches(group, numbered[group])
+        findings += _missing_ranks(incident, group, numbered[group], set(numbered))
     return findings
+
+
+def _OP(op):
+    return op.op
+
+
+def _DTYPE(op):
+    return op.dtype
+
+
+def _SIZES(op):
+    return op.sizes
+
+
+def _differs(ops, key) -> bool:
+    return len({key(op) for op in ops.values() if key(op)}) > 1
 
 
 def _finding(group, seq, ops, field, key):
@@ -96,6 +141,179 @@ def _show(value, field):
         return "sizes " + str([list(x) for x in value])
     return str(value)
 
+
+# ---------------------------------------------------------------- collective-state-mismatch
+
+HINT_STATE = ("Look at the members behind: their stack (or Flight Recorder frames) shows what holds them "
+              "before the call completes — a hung kernel or host sync earlier on their stream, a slow or "
+              "dead peer of theirs, or a dump taken before they got there.")
+HINT_STATE_ZH = ("查看落后的成员：它们的调用栈（或 Flight Recorder 帧）会显示在该调用完成之前是什么拖住了它们——"
+                 "同一 Stream 上更早的卡住的 kernel 或主机同步、它们自己的慢或已退出的对端，或是 dump 时尚未到达。")
+
+
+def _state_mismatches(group: str, seqs: dict) -> list[Finding]:
+    """One finding for the group: every position where members' states
+    differ, and coalesced groups of different lengths."""
+    found = []  # (seq, behind ranks, text, text_zh, evidence)
+    for seq in sorted(seqs):
+        ops = seqs[seq]
+        if len(ops) < 2:
+            continue
+        done = sorted(r for r, op in ops.items() if op.state == "completed")
+        started = sorted(r for r, op in ops.items() if op.state == "started")
+        scheduled = sorted(r for r, op in ops.items() if op.state not in ("completed", "started"))
+        if done and (started or scheduled):
+            behind = sorted(started + scheduled)
+            ahead, what = done, "completed"
+        elif started and scheduled:
+            behind, ahead, what = scheduled, started, "started"
+        else:
+            behind = []
+        if behind:
+            states = ", ".join(f"{_who(rs)} {state}" for state, rs in (("scheduled", scheduled),
+                                                                      ("started", started)) if rs)
+            found.append((seq, behind, f"#{seq}: {_who(ahead)} {what}, {states}",
+                          f"第 {seq} 次：Rank {_ranks(ahead)} {_STATE_ZH[what]}，"
+                          + "，".join(f"Rank {_ranks(rs)} {_STATE_ZH[state]}"
+                                      for state, rs in (("scheduled", scheduled), ("started", started)) if rs),
+                          _two(ops, ahead[0], behind[0])))
+        lengths = {r: len(op.sizes) for r, op in ops.items() if op.op == "coalesced" and op.sizes}
+        if len(ops) == len(lengths) and len(set(lengths.values())) > 1:
+            votes = Counter(lengths.values()).most_common()
+            common = votes[0][0] if votes[0][1] > votes[1][1] else None
+            odd = sorted(r for r, n in lengths.items() if n != common)
+            by_length = {}
+            for rank in sorted(lengths):
+                by_length.setdefault(lengths[rank], []).append(rank)
+            spelled = ", ".join(f"{_who(rs)} {n} tensors" for n, rs in sorted(by_length.items()))
+            spelled_zh = "，".join(f"Rank {_ranks(rs)} {n} 个张量" for n, rs in sorted(by_length.items()))
+            first = next(r for r in sorted(lengths) if r not in odd) if common is not None else odd[0]
+            found.append((seq, odd, f"#{seq}: coalesced groups of different lengths ({spelled})",
+                          f"第 {seq} 次：合并（coalesced）调用的长度不同（{spelled_zh}）", _two(ops, first, odd[-1])))
+    if not found:
+        return []
+    named = sorted({r for _, rs, _, _, _ in found for r in rs})
+    shown, shown_zh = [t for _, _, t, _, _ in found[:SHOWN]], [t for _, _, _, t, _ in found[:SHOWN]]
+    if len(found) > SHOWN:  # the rest by position only: every one is named
+        rest = _positions_text(tuple(seq for seq, _, _, _, _ in found[SHOWN:]))
+        shown.append(f"also at {rest}")
+        shown_zh.append(f"另见{_positions_text(tuple(seq for seq, _, _, _, _ in found[SHOWN:]), zh=True)}")
+    evidence = tuple(dict.fromkeys(e for _, _, _, _, pair in found[:SHOWN] for e in pair))
+    return [Finding(
+        STATE_ID, STATE_KIND, "warning", tuple(named),
+        f"Group {group}: members' calls at the same position disagree in state, at {len(found)} position(s) — "
+        f"{'; '.join(shown)}. Named: {_who(named)} (behind the others, or holding a different coalesced group).",
+        evidence, HINT_STATE,
+        f"通信组 {group}：同一位置上成员调用的状态不一致，共 {len(found)} 个位置——{'；'.join(shown_zh)}。"
+        f"涉及 Rank {_ranks(named)}（落后于其他成员，或合并调用与其他成员不同）。", HINT_STATE_ZH)]
+
+
+_STATE_ZH = {"completed": "已完成", "started": "已开始", "scheduled": "仅已调度"}
+
+
+def _who(ranks) -> str:
+    return f"{'rank' if len(ranks) == 1 else 'ranks'} {_ranks(ranks)}"
+
+
+def _two(ops, first, second) -> tuple:
+    return tuple(ops[r].evidence for r in (first, second) if ops[r].evidence)
+
+
+# ---------------------------------------------------------------- collective-missing-ranks
+
+HINT_MISSING = ("The members without an entry never made the call: see where they are instead (their stack "
+                "or their stuck Flight Recorder entry) — an early exit, a rank-dependent branch, data "
+                "loading or I/O, or a dump taken before they got there.")
+HINT_MISSING_ZH = ("没有该条目的成员从未发起这次调用：查看它们实际在哪里（调用栈或卡住的 Flight Recorder 条目）——"
+                   "提前退出、依赖 rank 的分支、数据加载或 I/O，或是 dump 时它们尚未到达。")
+
+
+def _missing_ranks(incident, group: str, seqs: dict, groups: set) -> list[Finding]:
+    """One finding for the group: for each member that stopped short, the
+    positions others reached and it has no entry at."""
+    pg = incident.groups.get(group)
+    known = pg is not None and bool(pg.ranks)
+    absent: dict[tuple, list[int]] = {}  # (its last call, the positions it misses) → ranks
+    for rank in incident.members(group):
+        last = _last_call(incident.ranks.get(rank), group, groups, known)
+        if last is None:
+            continue
+        missed = tuple(seq for seq in sorted(seqs) if seq > last and rank not in seqs[seq])
+        if missed:
+            absent.setdefault((last, missed), []).append(rank)
+    if not absent:
+        return []
+    parts, parts_zh, evidence, pending = [], [], [], False
+    for (last, missed), ranks in sorted(absent.items(), key=lambda kv: (kv[0][1], kv[1])):
+        reached = sorted({r for seq in missed for r in seqs[seq]})
+        where = _positions_text(missed)
+        since = f"its last call there is #{last}" if last else "it never called on this group"
+        if len(ranks) > 1:
+            since = f"their last call there is #{last}" if last else "they never called on this group"
+        since_zh = f"其在该组的最后一次调用是第 {last} 次" if last else "从未在该组发起调用"
+        parts.append(f"{_who(ranks)} {'has' if len(ranks) == 1 else 'have'} no entry at {where}, which "
+                     f"{_who(reached)} reached ({since})")
+        parts_zh.append(f"Rank {_ranks(ranks)} 在{_positions_text(missed, zh=True)}没有条目，而 Rank {_ranks(reached)} "
+                        f"已到达（{since_zh}）")
+        for seq in missed[:SHOWN]:
+            op = seqs[seq][min(seqs[seq])]
+            pending = pending or any(o.state != "completed" for o in seqs[seq].values())
+            if op.evidence and op.evidence not in evidence:
+                evidence.append(op.evidence)
+        for rank in ranks[:SHOWN]:
+            mark = _last_evidence(incident.ranks[rank], group)
+            if mark is not None and mark not in evidence:
+                evidence.append(mark)
+    missing = sorted(r for ranks in absent.values() for r in ranks)
+    return [Finding(
+        MISSING_ID, MISSING_KIND, "warning" if pending else "info", tuple(missing),
+        f"Group {group}: not every member joined — {'; '.join(parts)}.",
+        tuple(evidence[:2 * SHOWN]), HINT_MISSING,
+        f"通信组 {group}：并非所有成员都加入了调用——{'；'.join(parts_zh)}。", HINT_MISSING_ZH)]
+
+
+def _last_call(state, group: str, groups: set, known: bool) -> int | None:
+    """The last seq the rank issued on `group`; 0 when its artifacts count
+    calls per group (Flight Recorder's pg_status, c10d's counters) for
+    groups compared here but not this one and the group's members are known
+    (so it is a member that never called); None when nothing tells."""
+    if state is None:
+        return None
+    seqs = [op.seq for op in state.history if op.is_collective and op.seq is not None
+            and group_id(op.group) == group]
+    op = state.current_op
+    if op is not None and op.is_collective and op.seq is not None and group_id(op.group) == group:
+        seqs.append(op.seq)
+    progress = state.progress.get(group)
+    if progress is not None and progress.enqueued is not None:
+        seqs.append(progress.enqueued)
+    if seqs:
+        return max(seqs)
+    if known and any(other in groups for other in state.progress):
+        return 0
+    return None
+
+
+def _last_evidence(state, group: str):
+    ops = [op for op in state.history if group_id(op.group) == group and op.evidence]
+    if ops:
+        return max(ops, key=lambda op: op.seq if op.seq is not None else -1).evidence
+    progress = state.progress.get(group)
+    if progress is not None and progress.evidence is not None:
+        return progress.evidence
+    return next((p.evidence for p in state.progress.values() if p.evidence is not None), None)
+
+
+def _positions_text(seqs: tuple, zh: bool = False) -> str:
+    """Every position, runs joined: `#4`, `#5-#9, #12`."""
+    runs, start = [], seqs[0]
+    for before, after in zip(seqs, seqs[1:] + (None,)):
+        if after is None or after != before + 1:
+            runs.append(f"#{start}" if start == before else f"#{start}-#{before}")
+            start = after
+    text = ", ".join(runs)
+    return f" {text} " if zh else text
+
 RULES = (RuleDoc(
     ID, "Collective mismatch", "集合通信失配", "error",
     "Members of one process group at the same position (sequence number) call different collectives, "
@@ -105,7 +323,28 @@ RULES = (RuleDoc(
     "同一进程组的成员在相同位置（序号）调用了不同的集合通信，或同一集合通信的大小、dtype 不同："
     "某个 Rank 调用了其他 Rank 跳过的集合通信（`if rank == 0: all_reduce()`），或数据分片不均使某个 Rank "
     "提前结束循环。比较所有位置而不仅是第一个；已全部完成的调用之间的不一致记为警告。",
-    HINT, HINT_ZH, kinds=(KIND,), source=__name__),)
+    HINT, HINT_ZH, kinds=(KIND,), source=__name__),
+    RuleDoc(
+        STATE_ID, "Members disagree on a call's state", "成员对调用状态不一致", "warning",
+        "At one position of a group, some members completed the call while others are still in it "
+        "(scheduled or started), or some started it while others have not; or coalesced groups at one "
+        "position hold different numbers of tensors. The members behind are named, every position "
+        "listed (Flight Recorder's COLLECTIVE_STATE_MISMATCH, not only the first per group).",
+        "在通信组的同一位置，部分成员已完成调用而其他成员仍在其中（已调度或已开始），或部分成员已开始而其他成员"
+        "尚未开始；或同一位置的合并（coalesced）调用包含的张量个数不同。列出落后的成员和每一个位置"
+        "（即 Flight Recorder 的 COLLECTIVE_STATE_MISMATCH，而不只是每组第一个）。",
+        HINT_STATE, HINT_STATE_ZH, kinds=(STATE_KIND,), source=__name__),
+    RuleDoc(
+        MISSING_ID, "Members missing from a call others reached", "有成员未加入其他成员已到达的调用", "warning",
+        "Members of a group have no entry at positions other members reached: their last call on the "
+        "group came before (or, when the group's members are known, they never called on it). Every "
+        "position is named (Flight Recorder's \"Not all ranks joining collective\"). A warning while "
+        "the call is pending, information when it completed (the dumps were taken at different times).",
+        "通信组的部分成员在其他成员已到达的位置上没有条目：它们在该组的最后一次调用更早（或在成员已知时，"
+        "从未在该组调用）。列出每一个位置（即 Flight Recorder 的 \"Not all ranks joining collective\"）。"
+        "调用未完成时记为警告，已完成时记为提示（各 dump 的时间不同）。",
+        HINT_MISSING, HINT_MISSING_ZH, kinds=(MISSING_KIND,), source=__name__),
+)
 
 
 @hookimpl

@@ -4,14 +4,34 @@
 In one snapshot of a healthy job that is ordinary progress, so this becomes
 an error only with evidence that the job is stuck: a watchdog timeout, an
 operation past its timeout, no progress between two snapshots, or the
-user's --hung. Without it the rule says, as info, who the others wait for."""
+user's --hung. Without it the rule says, as info, who the others wait for.
+
+A rank that left the loop early can also close a cycle: it waits in a call
+on another group (a checkpoint barrier) that the others, still inside the
+loop, will reach only after the collective they wait in — for it. The wait
+is circular, yet the ranks did not call in different orders: one of them
+moved on. That knot is read as a missing rank, not a deadlock, when
+
+- a strict majority of a group's members sit together in the same
+  collective instance (group, seq), waiting only for the rest (a 1-vs-1 or
+  an even split has no majority and stays a deadlock);
+- every one of the rest completed the position before (it is ahead, not
+  behind) and now sits in a collective on another group that none of the
+  majority ever entered (no call, no counters: a new phase, not an
+  interleaving of the two groups the whole loop uses);
+- nobody else is in the knot.
+
+The finding still states the cross-group wait; the cycle stays in the
+findings as a warning (see `analysis.py`)."""
 
 from __future__ import annotations
 
+from collections import defaultdict
+
 from ..hookspecs import hookimpl
-from ..ruledocs import RuleDoc
-from ..model import Finding
+from ..model import UNIDENTIFIED_GROUP, Finding, group_id, path_label
 from ..ranges import compact
+from ..ruledocs import RuleDoc
 from ._semantics import describe_op
 
 ID = "missing-rank"
@@ -20,12 +40,21 @@ HINT = ("Look at what the awaited rank is doing instead (its stack dump): data l
         "equal lengths), or a collective issued only on some ranks.")
 HINT_ZH = ("查看被等待的 Rank 在做什么（它的调用栈）：数据加载、Checkpoint I/O、提前退出训练循环（数据分片不均："
            "使用 drop_last 或等长的 DistributedSampler），或只在部分 Rank 上调用的集合通信。")
+HINT_MOVED_ON = ("The awaited rank left the loop before the others (uneven data shards, a rank-dependent "
+                 "`break` or step count) and went on to the code after it. Give every rank the same number "
+                 "of steps (DistributedSampler with drop_last, or agree on the step count with an all_reduce "
+                 "before the loop), or make the post-loop call wait until every rank has left the loop.")
+HINT_MOVED_ON_ZH = ("被等待的 Rank 比其他 Rank 先离开了循环（数据分片不均、依赖 rank 的 `break` 或步数），"
+                    "已经执行到循环之后的代码。让所有 Rank 执行相同的步数（使用 drop_last 的 DistributedSampler，"
+                    "或在循环前用 all_reduce 统一步数），或让循环之后的调用等所有 Rank 都离开循环后再进行。")
 
 
 @hookimpl
 def forensics_graph_findings(incident, analysis):
+    findings = [finding for cycle, knot in zip(analysis.cycles, analysis.knots)
+                if (finding := _moved_on(incident, cycle, knot)) is not None]
     if not analysis.sinks or not analysis.waiting:
-        return []
+        return findings
     sinks = analysis.sinks
     top = analysis.waiters_of.get(sinks[0], 0)
     described = []
@@ -44,14 +73,14 @@ def forensics_graph_findings(incident, analysis):
     if incident.stuck:
         why = "; ".join(s.detail for s in incident.stuck[:3])
         why_zh = "；".join(s.detail_zh or s.detail for s in incident.stuck[:3])
-        return [Finding(
+        return findings + [Finding(
             ID, "missing_rank", "error", tuple(sorted(sinks)),
             f"{len(analysis.waiting)} rank(s) wait for rank {compact(sinks)}, which is alive but not in "
             f"the call ({', '.join(described)}). The job is stuck ({why}).",
             evidence, HINT,
             f"{len(analysis.waiting)} 个 Rank 在等待 Rank {compact(sinks)}，它仍然存活却没有进入该通信调用"
             f"（{', '.join(described)}）。作业已卡住（{why_zh}）。", HINT_ZH)]
-    return [Finding(
+    return findings + [Finding(
         "waiting-on-progressing-rank", "waiting_on_progressing_rank", "info", tuple(sorted(sinks)),
         f"{len(analysis.waiting)} rank(s) wait for rank {compact(sinks)} ({', '.join(described)}); in a "
         f"single snapshot that is normal progress. If the job is stuck, rerun with --hung "
@@ -60,16 +89,20 @@ def forensics_graph_findings(incident, analysis):
         f"{len(analysis.waiting)} 个 Rank 在等待 Rank {compact(sinks)}（{', '.join(described)}）；单个快照中这属于正常推进。"
         f"若作业确实卡住，请加 --hung 重新分析。", HINT_ZH)]
 
+
 RULES = (
     RuleDoc(
         ID, "Missing rank", "成员缺失", "error",
         "Ranks wait in a call that a live rank has not joined: it computes, loads data, writes a "
         "checkpoint, or left the loop early. In one snapshot of a healthy job that is progress, so it "
         "is an error only with evidence that the job is stuck (a watchdog timeout, an op past its "
-        "timeout, no progress between two snapshots, or --hung).",
+        "timeout, no progress between two snapshots, or --hung). A rank that left the loop early and "
+        "waits in a call on another group the others never entered closes a cycle with them; that "
+        "knot is this rank's absence, not a deadlock, and needs no further evidence.",
         "多个 Rank 在等待一个仍存活、却没有进入该调用的 Rank：它在计算、加载数据、写 Checkpoint，或提前"
         "退出了循环。健康作业的单次快照中这属于正常推进，因此只有在有卡住证据时（watchdog 超时、操作超过"
-        "超时时间、两次快照之间无进展，或 --hung）才记为错误。",
+        "超时时间、两次快照之间无进展，或 --hung）才记为错误。提前退出循环的 Rank 若在其他 Rank 从未进入的"
+        "另一个通信组上等待，会与它们形成环；这个环是该 Rank 的缺席而非死锁，无需其他卡住证据。",
         HINT, HINT_ZH, kinds=("missing_rank",), source=__name__),
     RuleDoc(
         "waiting-on-progressing-rank", "Waiting on a rank that is still working", "等待仍在工作的 Rank",
@@ -86,3 +119,112 @@ RULES = (
 @hookimpl
 def forensics_rules():
     return RULES
+
+
+def _moved_on(incident, cycle, knot) -> Finding | None:
+    """The knot read as ranks that moved on (see the module doc), or None."""
+    if not all(isinstance(node, int) for node in knot):
+        return None  # CUDA streams in the knot: not a matter of who called what
+    instances = defaultdict(list)  # (group, seq) → ranks of the knot blocked in that collective
+    for rank in knot:
+        state = incident.ranks.get(rank)
+        op = state.current_op if state is not None else None
+        if op is None or not state.is_blocked or not op.is_collective or op.seq is None:
+            return None
+        instances[(group_id(op.group), op.seq)].append(rank)
+    for (group, seq), together in sorted(instances.items(), key=lambda kv: (-len(kv[1]), str(kv[0]))):
+        members = set(incident.members(group))
+        rest = sorted(members - set(together))
+        if not set(together) <= members or not rest or 2 * len(together) <= len(members):
+            continue
+        if set(knot) != set(together) | set(rest) or seq < 2:
+            continue
+        if all(_left_for_new_group(incident, rank, group, seq, together) for rank in rest):
+            return _finding(incident, cycle, group, seq, sorted(together), rest)
+    return None
+
+
+def _left_for_new_group(incident, rank: int, group: str, seq: int, majority: list[int]) -> bool:
+    """`rank` completed (group, seq - 1), never entered (group, seq), and is
+    blocked in a collective on a group none of `majority` ever entered."""
+    state = incident.ranks[rank]
+    op = state.current_op
+    elsewhere = group_id(op.group)
+    if elsewhere == group or elsewhere.startswith(UNIDENTIFIED_GROUP):
+        return False
+    if _position(state, group) != seq - 1:
+        return False
+    return not any(_entered(incident.ranks[other], elsewhere) for other in majority)
+
+
+def _position(state, group: str) -> int | None:
+    """The last seq `state` completed on `group`, when it has entered nothing
+    after it there; None when that is not known or it went further."""
+    done, issued = None, None
+    for op in state.history:
+        if op.is_collective and op.seq is not None and group_id(op.group) == group:
+            issued = op.seq if issued is None else max(issued, op.seq)
+            if op.state == "completed":
+                done = op.seq if done is None else max(done, op.seq)
+    progress = state.progress.get(group)
+    if progress is not None:
+        if progress.completed is not None and progress.completed >= 0:
+            done = progress.completed if done is None else max(done, progress.completed)
+        if progress.enqueued is not None and progress.enqueued >= 0:
+            issued = progress.enqueued if issued is None else max(issued, progress.enqueued)
+    if done is None or (issued is not None and issued > done):
+        return None
+    return done
+
+
+def _entered(state, group: str) -> bool:
+    """Any sign that the rank ever issued a call on `group`."""
+    op = state.current_op
+    if op is not None and group_id(op.group) == group:
+        return True
+    if any(group_id(o.group) == group for o in state.history):
+        return True
+    progress = state.progress.get(group)
+    return progress is not None and any(x is not None and x >= 1 for x in
+                                        (progress.enqueued, progress.started, progress.completed))
+
+
+def _call(op) -> str:
+    return f"{op.op} #{op.seq} on group {group_id(op.group)}"
+
+
+def _call_zh(op) -> str:
+    return f"通信组 {group_id(op.group)} 的第 {op.seq} 次 {op.op}"
+
+
+def _finding(incident, cycle, group, seq, together, rest) -> Finding:
+    first = incident.ranks[together[0]].current_op
+    call, call_zh = _call(first), _call_zh(first)
+    where = "; ".join(sorted({_call(incident.ranks[r].current_op) for r in rest}))
+    where_zh = "；".join(sorted({_call_zh(incident.ranks[r].current_op) for r in rest}))
+    many = len(rest) > 1
+    path = path_label(cycle)
+    evidence = [first.evidence] if first.evidence else []
+    for rank in rest:
+        state = incident.ranks[rank]
+        if state.current_op.evidence and state.current_op.evidence not in evidence:
+            evidence.append(state.current_op.evidence)
+        before = next((o for o in reversed(state.history) if group_id(o.group) == group and o.seq == seq - 1
+                       and o.state == "completed" and o.evidence), None)
+        if before is not None and before.evidence not in evidence:
+            evidence.append(before.evidence)
+    evidence += [s.evidence for s in incident.stuck[:2] if s.evidence]
+    who, who_zh = f"rank{'s' if many else ''} {compact(rest)}", f"Rank {compact(rest)}"
+    message = (
+        f"{len(together)} of the {len(together) + len(rest)} members of group {group} (ranks {compact(together)}) "
+        f"wait in {call} for {who}, which completed #{seq - 1} there and moved on to {where}, a group ranks "
+        f"{compact(together)} never entered. {who.capitalize()} in turn wait{'' if many else 's'} there for "
+        f"them — a cross-group wait ({path}) — but the order of calls did not differ: {who} left the loop "
+        f"early and will not come back to {call}.")
+    message_zh = (
+        f"通信组 {group} 的 {len(together) + len(rest)} 个成员中有 {len(together)} 个（Rank {compact(together)}）"
+        f"在{call_zh} 中等待 {who_zh}；{who_zh} 已在该组完成第 {seq - 1} 次调用，随后进入了{where_zh}，"
+        f"而 Rank {compact(together)} 从未进入过那个通信组。{who_zh} 反过来也在那里等待它们——形成跨通信组的等待"
+        f"（{path}）——但各 Rank 的调用顺序并无不同：是 {who_zh} 提前离开了循环，不会再回到{call_zh}。")
+    return Finding(ID, "missing_rank", "error", tuple(rest), message, tuple(evidence), HINT_MOVED_ON,
+                   message_zh, HINT_MOVED_ON_ZH)
