@@ -142,11 +142,14 @@ rules: [*g, *g, *g, *g, *g, *g, *g, *g, *g]
     ("rules:\n  - &r {id: x}\n", ":2:5: YAML anchors and aliases are not allowed in rule files (anchor &r)"),
     ("- just\n- a list\n", ":1:1: ['just', 'a list'] is not of type 'object'"),
     ("", ":1:1: empty rule file"),
-    ("rules: [\n", ":2:1: invalid YAML: while parsing a flow node, expected the node content, but found '<stream end>'"),
+    ("rules: [\n", (":2:1: invalid YAML: while parsing a flow node, expected the node content, but found '<stream end>'",
+                    ":2:1: invalid YAML: while parsing a flow node, did not find expected node content")),  # libyaml
     ("rules: []\n---\nrules: []\n", ":2:1: invalid YAML: expected a single document in the stream, but found another document"),
     ("rules: !!python/object:os.system {}\n", ":1:8: invalid YAML: could not determine a constructor"),
     ("rules: []\n", ":1:8: rules: [] should be non-empty"),
-    ("rules:\n" + "  " * 1 + "[" * 2000 + "]" * 2000 + "\n", ":1:1: invalid YAML: nested too deeply"),
+    ("rules:\n" + "  " * 1 + "[" * 2000 + "]" * 2000 + "\n", (":1:1: invalid YAML: nested too deeply",
+                                                              ":2:1002: invalid YAML: while increasing flow level, "
+                                                              "exceeded maximum nesting depth")),  # libyaml
 ])
 def test_hostile_rule_files_are_one_line_errors(tmp_path, run_cli, text, expected):
     path = tmp_path / "hostile.yaml"
@@ -155,7 +158,9 @@ def test_hostile_rule_files_are_one_line_errors(tmp_path, run_cli, text, expecte
     assert result.returncode == 2
     assert "Traceback" not in result.stderr and result.stdout == ""
     first = result.stderr.splitlines()[0]
-    assert first.startswith(str(path) + expected), result.stderr
+    # PyYAML's own parser and libyaml (used when PyYAML was built with it) word some errors differently.
+    accepted = expected if isinstance(expected, tuple) else (expected,)
+    assert any(first.startswith(str(path) + one) for one in accepted), result.stderr
 
 
 def test_binary_rule_file_is_refused(tmp_path, run_cli):
