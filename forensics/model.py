@@ -189,6 +189,8 @@ class CommOp:
     timeout_ms: int | None = None
     elapsed_ms: int | None = None
     evidence: Evidence | None = None
+    # Output tensor shapes where the artifact records them (Flight Recorder).
+    out_sizes: tuple[tuple[int, ...], ...] = ()
 
     @property
     def is_collective(self) -> bool:

@@ -205,8 +205,11 @@ def test_type_size_and_dtype_every_class_every_position(tmp_path):
         data = gen_fr_dumps.dump(odd if rank == 2 else items, status, 4, ("0",), False)
         (folder / f"nccl_trace_rank_{rank}").write_bytes(data)
     report = analyze(folder)
-    assert len(by_rule(report)["collective-mismatch"]) == 3
+    # type, dtype and size across ranks, and rank 2's own all_reduce reading [8, 8] into [4096, 1024]
+    assert len(by_rule(report)["collective-mismatch"]) == 4
     messages = " | ".join(f.message for f in by_rule(report)["collective-mismatch"])
+    assert ("rank 2 all_reduce at position 35: its input [[8, 8]] and output [[4096, 1024]] differ "
+            "(an all_reduce writes what it reads)") in messages
     assert "position 35: ranks 0,1,3 call Float; rank 2 calls BFloat16" in messages
     assert "position 35: ranks 0,1,3 call sizes [[4096, 1024]]; rank 2 calls sizes [[8, 8]]" in messages
     assert "position 40: ranks 0,1,3 call all_reduce; rank 2 calls broadcast" in messages
@@ -287,3 +290,30 @@ def test_stack_evidence_is_bounded():
     ranks = {r: RankState(r, log_events=tuple(Evidence(f"r{r}", 0, e.text) for e in frames)) for r in range(1000)}
     finding = with_stacks(Finding("x", "y", "error", tuple(range(1000)), "m"), Incident(ranks, {}))
     assert len(finding.evidence) == STACK_RANKS * STACK_FRAMES
+
+
+def test_size_and_syntax_mismatches_as_the_official_analyzer_checks_them(tmp_path):
+    """Output sizes that differ between ranks, and calls whose own shapes do
+    not fit the group: an all_gather whose output is not input x group size,
+    a reduce_scatter whose input is not output x group size."""
+    items = [gen_fr_dumps.entry(i, "0", i + 1, "all_reduce", True) for i in range(12)]
+    odd = [dict(item) for item in items]
+    items[9] = dict(items[9], profiling_name="nccl:all_gather", input_sizes=[[256]], output_sizes=[[1024]])
+    odd[9] = dict(items[9], output_sizes=[[512]])            # rank 3: 256 in, 512 out, 4 ranks
+    items[10] = dict(items[10], profiling_name="nccl:reduce_scatter", input_sizes=[[1024]], output_sizes=[[256]])
+    odd[10] = dict(items[10])
+    items[11] = dict(items[11], output_sizes=[[4096, 1024]])
+    odd[11] = dict(items[11], output_sizes=[[1024, 1024]])   # rank 3 writes a different shape
+    status = {"0": {"last_enqueued_collective": 12, "last_started_collective": 12, "last_completed_collective": 12}}
+    folder = tmp_path / "syntax"
+    folder.mkdir()
+    for rank in range(4):
+        data = gen_fr_dumps.dump(odd if rank == 3 else items, status, 4, ("0",), False)
+        (folder / f"nccl_trace_rank_{rank}").write_bytes(data)
+    report = analyze(folder)
+    messages = " | ".join(f.message for f in by_rule(report)["collective-mismatch"])
+    assert "position 10: ranks 0-2 call output sizes [[1024]]; rank 3 calls output sizes [[512]]" in messages
+    assert "rank 3 all_gather at position 10: its output holds 512 elements, not input 256 × group size 4" in messages
+    assert "position 12: ranks 0-2 call output sizes [[4096, 1024]]; rank 3 calls output sizes [[1024, 1024]]" in messages
+    assert "reduce_scatter" not in messages  # 1,024 in = 256 out x 4 ranks: fine
+    assert all(f.severity == "warning" for f in by_rule(report)["collective-mismatch"])  # all completed

@@ -28,6 +28,8 @@ def test_a_rank_with_no_artifact_is_the_one_everyone_waits_for(run_cli, tmp_path
     silent = report["ranks"]["2"]
     assert silent["state"] == "unknown" and silent["op"] is None
     assert "no artifact describes this rank" in silent["why"] and "pid_map.json:" in silent["why"]
+    (lead,) = [f for f in report["findings"] if f["rule"] == "missing-rank"]
+    assert "which sent no artifact of its own" in lead["message"] and "alive" not in lead["message"]
     cited = silent["evidence"]
     assert cited["path"] == "pid_map.json"
     lines = (folder / "pid_map.json").read_text().split("\n")

@@ -54,7 +54,7 @@ def _sniff_all(paths: list[str], plugins, jobs: int) -> list[tuple[list[str], st
     """Sniff many files in worker processes: every reader looks at every
     head, so for 20,000 dumps this is seconds of CPU worth sharing."""
     spec = plugins.clone_spec()
-    if jobs <= 1 or spec is None or len(paths) < PARALLEL_MIN:
+    if jobs <= 1 or spec is None or len(paths) < SNIFF_PARALLEL_MIN:
         return [_sniff(path, path, plugins) for path in paths]
     chunks = [paths[i:i + 4 * CHUNK] for i in range(0, len(paths), 4 * CHUNK)]
     out: list = []
@@ -95,6 +95,7 @@ def _sniff(path: str, display: str, plugins) -> tuple[list[str], str]:
 
 
 PARALLEL_MIN = 64  # below this many files, worker start-up costs more than it saves
+SNIFF_PARALLEL_MIN = 512  # sniffing reads 64 KiB a file: a pool pays off later than for parsing
 CHUNK = 32
 
 

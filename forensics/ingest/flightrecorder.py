@@ -731,8 +731,11 @@ class _Reader:
         members = table.members.get(pos, ())
         peers = _peers(table, pos, self.members_of) if table.is_p2p[pos] or members else ()
         sizes, dtype = _sizes(table.get(pos, "input_sizes")), _dtype(table.get(pos, "input_dtypes"))
+        out_sizes = _sizes(table.get(pos, "output_sizes"))
         if members:
             sizes = tuple(s for m in members for s in _sizes(table.get(m, "input_sizes")))[:MAX_TENSORS] or sizes
+            out_sizes = tuple(s for m in members
+                              for s in _sizes(table.get(m, "output_sizes")))[:MAX_TENSORS] or out_sizes
             dtype = next((d for d in (_dtype(table.get(m, "input_dtypes")) for m in members) if d), dtype)
         timeout = table.get(pos, "timeout_ms")
         timeout = timeout if _fits(timeout) and timeout >= 0 else None
@@ -746,6 +749,7 @@ class _Reader:
         op = self.ops[pos] = CommOp(
             op=table.op(pos), group=gid, seq=seq, state="completed" if done else table.state[pos], peers=peers,
             sizes=sizes, dtype=dtype, timeout_ms=timeout, elapsed_ms=timeout if timed_out else None,
+            out_sizes=out_sizes,
             evidence=Evidence(self.display, self.line(pos), text))
         return op
 

@@ -77,13 +77,14 @@ def forensics_findings(incident):
         if _differs(ops, _OP):
             findings.append(_finding(group, seq, ops, "op", _OP))
             continue  # sizes and dtypes of different collectives say nothing more
-        for field, key in (("dtype", _DTYPE), ("sizes", _SIZES)):
+        for field, key in (("dtype", _DTYPE), ("sizes", _SIZES), ("out_sizes", _OUT_SIZES)):
             if _differs(ops, key):
                 findings.append(_finding(group, seq, ops, field, key))
     numbered = defaultdict(dict)  # group → {seq: {rank: CommOp}}
     for (group, seq), ops in positions.items():
         if seq != "?" and not group.startswith(UNIDENTIFIED_GROUP):
             numbered[group][seq] = ops
+    findings += _syntax_mismatches(incident, positions)
     for group in sorted(numbered, key=str):
         findings += _state_mismatches(group, numbered[group])
         findings += _missing_ranks(incident, group, numbered[group], set(numbered))
@@ -100,6 +101,10 @@ def _DTYPE(op):
 
 def _SIZES(op):
     return op.sizes
+
+
+def _OUT_SIZES(op):
+    return op.out_sizes
 
 
 def _differs(ops, key) -> bool:
@@ -123,8 +128,10 @@ def _finding(group, seq, ops, field, key):
     parts_zh = [f"Rank {_ranks(r)} 调用 {_show(v, field)}" for v, r in by_value.items()]
     evidence = tuple(ops[r[0]].evidence for r in by_value.values() if ops[r[0]].evidence)
     done = all(op.state == "completed" for op in ops.values())
-    what = {"op": "different collectives", "dtype": "different dtypes", "sizes": "different sizes"}[field]
-    what_zh = {"op": "不同的集合通信算子", "dtype": "不同的 dtype", "sizes": "不同的张量大小"}[field]
+    what = {"op": "different collectives", "dtype": "different dtypes", "sizes": "different sizes",
+            "out_sizes": "different output sizes"}[field]
+    what_zh = {"op": "不同的集合通信算子", "dtype": "不同的 dtype", "sizes": "不同的张量大小",
+               "out_sizes": "不同的输出张量大小"}[field]
     where = f"position {seq}" if seq != "?" else "the position every member is blocked in"
     where_zh = f"第 {seq} 次集合通信" if seq != "?" else "所有成员当前阻塞的位置"
     outcome = ("they completed anyway, but the results are wrong" if done
@@ -139,7 +146,72 @@ def _finding(group, seq, ops, field, key):
 def _show(value, field):
     if field == "sizes":
         return "sizes " + str([list(x) for x in value])
+    if field == "out_sizes":
+        return "output sizes " + str([list(x) for x in value])
     return str(value)
+
+
+# ---------------------------------------------------------------- size/syntax (one rank's own call)
+
+_SAME_SHAPE = frozenset({"all_reduce"})                                   # writes what it reads
+_GATHERS = frozenset({"all_gather", "all_gather_into_tensor"})            # out = in x group size
+_SCATTERS = frozenset({"reduce_scatter", "reduce_scatter_tensor"})        # in = out x group size
+
+
+def _numel(shape) -> int:
+    total = 1
+    for dim in shape:
+        total *= dim
+    return total
+
+
+def _syntax(op, size: int) -> tuple[str, str] | None:
+    """What is wrong with one call's own input and output shapes, as
+    PyTorch's analyzer checks them (SIZE_OR_SYNTAX_MISMATCH), or None."""
+    if not op.sizes or not op.out_sizes:
+        return None
+    if op.op in _SAME_SHAPE and op.sizes != op.out_sizes:
+        return (f"its input {[list(s) for s in op.sizes]} and output {[list(s) for s in op.out_sizes]} differ "
+                "(an all_reduce writes what it reads)",
+                f"输入 {[list(s) for s in op.sizes]} 与输出 {[list(s) for s in op.out_sizes]} 不同（all_reduce 的输出与输入同形）")
+    if op.op in _GATHERS and _numel(op.out_sizes[0]) != _numel(op.sizes[0]) * size:
+        return (f"its output holds {_numel(op.out_sizes[0]):,} elements, not input {_numel(op.sizes[0]):,} × "
+                f"group size {size}",
+                f"输出 {_numel(op.out_sizes[0]):,} 个元素，不等于输入 {_numel(op.sizes[0]):,} × 组大小 {size}")
+    if op.op in _SCATTERS and _numel(op.sizes[0]) != _numel(op.out_sizes[0]) * size:
+        return (f"its input holds {_numel(op.sizes[0]):,} elements, not output {_numel(op.out_sizes[0]):,} × "
+                f"group size {size}",
+                f"输入 {_numel(op.sizes[0]):,} 个元素，不等于输出 {_numel(op.out_sizes[0]):,} × 组大小 {size}")
+    return None
+
+
+def _syntax_mismatches(incident, positions) -> list[Finding]:
+    """Calls whose own shapes cannot work with the group's size: every one,
+    one finding per group."""
+    by_group = defaultdict(list)  # group → [(seq, rank, op, text, text_zh)]
+    for (group, seq), ops in positions.items():
+        if group.startswith(UNIDENTIFIED_GROUP):
+            continue
+        size = len(incident.members(group))
+        for rank, op in ops.items():
+            wrong = _syntax(op, size)
+            if wrong is not None:
+                by_group[group].append((seq, rank, op, *wrong))
+    findings = []
+    for group in sorted(by_group, key=str):
+        items = sorted(by_group[group], key=lambda item: (str(item[0]), item[1]))
+        parts = [f"rank {rank} {op.op} at position {seq}: {text}" for seq, rank, op, text, _ in items[:8]]
+        parts_zh = [f"Rank {rank} 在第 {seq} 次的 {op.op}：{text_zh}" for seq, rank, op, _, text_zh in items[:8]]
+        more = f"; … {len(items) - 8} more" if len(items) > 8 else ""
+        done = all(op.state == "completed" for _, _, op, _, _ in items)
+        findings.append(Finding(
+            ID, KIND, "warning" if done else "error", tuple(sorted({rank for _, rank, *_ in items})),
+            f"Group {group}: calls whose input and output shapes do not fit the group's size "
+            f"({len(incident.members(group))} ranks): " + "; ".join(parts) + more + ".",
+            tuple(op.evidence for _, _, op, _, _ in items[:8] if op.evidence), HINT,
+            f"通信组 {group}：输入与输出形状与组大小（{len(incident.members(group))} 个 Rank）不符的调用："
+            + "；".join(parts_zh) + ("……" if more else "") + "。", HINT_ZH))
+    return findings
 
 
 # ---------------------------------------------------------------- collective-state-mismatch

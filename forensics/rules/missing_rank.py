@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from ..hookspecs import hookimpl
-from ..model import UNIDENTIFIED_GROUP, Finding, group_id, path_label
+from ..model import UNIDENTIFIED_GROUP, UNKNOWN, Finding, group_id, path_label
 from ..ranges import compact
 from ..ruledocs import RuleDoc
 from ._semantics import describe_op
@@ -73,12 +73,18 @@ def forensics_graph_findings(incident, analysis):
     if incident.stuck:
         why = "; ".join(s.detail for s in incident.stuck[:3])
         why_zh = "；".join(s.detail_zh or s.detail for s in incident.stuck[:3])
+        # A rank only a pid map or a member list names: alive or not, nothing says.
+        silent = all(r not in incident.ranks or _silent(incident.ranks[r]) for r in sinks[:8])
+        where, where_zh = (("which sent no artifact of its own (no stack dump, log or dump: is its host "
+                            "up, was it collected?)", "它没有留下任何自己的产物（没有调用栈、日志或 dump：主机是否存活、"
+                            "是否漏采？）") if silent else
+                           ("which is alive but not in the call", "它仍然存活却没有进入该通信调用"))
         return findings + [Finding(
             ID, "missing_rank", "error", tuple(sorted(sinks)),
-            f"{len(analysis.waiting)} rank(s) wait for rank {compact(sinks)}, which is alive but not in "
-            f"the call ({', '.join(described)}). The job is stuck ({why}).",
+            f"{len(analysis.waiting)} rank(s) wait for rank {compact(sinks)}, {where} "
+            f"({', '.join(described)}). The job is stuck ({why}).",
             evidence, HINT,
-            f"{len(analysis.waiting)} 个 Rank 在等待 Rank {compact(sinks)}，它仍然存活却没有进入该通信调用"
+            f"{len(analysis.waiting)} 个 Rank 在等待 Rank {compact(sinks)}，{where_zh}"
             f"（{', '.join(described)}）。作业已卡住（{why_zh}）。", HINT_ZH)]
     return findings + [Finding(
         "waiting-on-progressing-rank", "waiting_on_progressing_rank", "info", tuple(sorted(sinks)),
@@ -88,6 +94,12 @@ def forensics_graph_findings(incident, analysis):
         evidence, HINT,
         f"{len(analysis.waiting)} 个 Rank 在等待 Rank {compact(sinks)}（{', '.join(described)}）；单个快照中这属于正常推进。"
         f"若作业确实卡住，请加 --hung 重新分析。", HINT_ZH)]
+
+
+def _silent(state) -> bool:
+    """A state made only from a list that names the rank (see ingest)."""
+    return (state.activity == UNKNOWN and state.current_op is None and not state.threads
+            and not state.log_events and state.alive is None)
 
 
 RULES = (
