@@ -588,7 +588,8 @@ pre{background:#0f172a;color:#e2e8f0;padding:6px 0;border-radius:5px;overflow-x:
 footer{color:var(--muted);font-size:12px;text-align:center}
 @media print{nav{display:none}body{background:#fff}section{border:none;padding:0;break-inside:auto}
 th{position:static}a{color:inherit;text-decoration:none}.graph{overflow:visible}tr{break-inside:avoid}
-pre{background:#f3f4f6;color:#111}.ln.hit{background:#fde68a;color:#111}details.allranks:not([open]){display:none}}
+pre{background:#f3f4f6;color:#111;white-space:pre-wrap;word-break:break-all}.ln.hit{background:#fde68a;color:#111}
+details.allranks:not([open]){display:none}table{width:100%}td{overflow-wrap:break-word}td code,td .cite{word-break:break-all}}
 """
 
 _JS = """
