@@ -158,13 +158,14 @@ def narrative(report, lang: str = "en") -> str:
     lines = [headline.format(ranks=compact(report.culprit_ranks), cycle=path_label(cycle))]
     incident = report.incident
     # What is stuck: where the stuck (or, waiting on a rank that is elsewhere, the waiting) ranks are.
+    culprit_set = set(report.culprit_ranks)
     stuck_ranks = sorted(n for n in report.analysis.stuck if isinstance(n, int))
-    waiting = sorted(n for n in report.analysis.waiting if isinstance(n, int) and n not in report.culprit_ranks)
+    waiting = sorted(n for n in report.analysis.waiting if isinstance(n, int) and n not in culprit_set)
     if stuck_ranks or waiting:
         if stuck_ranks:
             text = labels["stuck"].format(s=len(stuck_ranks), n=n_ranks)
             shown = stuck_ranks if report.verdict == "deadlock" else [r for r in stuck_ranks
-                                                                      if r not in report.culprit_ranks]
+                                                                      if r not in culprit_set]
         else:
             text = labels["waiting"].format(w=len(waiting), n=n_ranks)
             shown = waiting
@@ -226,11 +227,19 @@ def narrative(report, lang: str = "en") -> str:
 def _places(incident, ranks: list[int], zh: bool) -> list[str]:
     """'ranks 0,1,3 in all_reduce group 0 seq 4', grouped, largest first."""
     groups: dict[str, list[int]] = {}
+    described: dict[tuple, str] = {}  # 100,000 ranks in one call are described once
     for rank in ranks:
         state = incident.ranks.get(rank)
         if state is None:
             continue
-        place = describe_op(state.current_op) if state.is_blocked else state.activity
+        op = state.current_op
+        if state.is_blocked:
+            key = (op.op, op.group, op.seq, op.peers)
+            place = described.get(key)
+            if place is None:
+                place = described[key] = describe_op(op)
+        else:
+            place = state.activity
         groups.setdefault(place, []).append(rank)
     ordered = sorted(groups.items(), key=lambda item: (-len(item[1]), item[1][0]))
     if zh:
