@@ -740,14 +740,15 @@ def evaluate(rule: Rule, incident: m.Incident, analysis=None) -> list[Hit]:
         return []
     if rule.waited_on is not None and analysis is None:
         return []
-    states = [incident.ranks[r] for r in sorted(incident.ranks)]
+    states, by_blocked = _partition(incident)
     # The rule's own test first: most rules match no rank or a handful, and
-    # then the others need not be looked at at all.
+    # then the others need not be looked at at all. A test on `blocked` only
+    # looks at that side (a hung job has 99,999 blocked ranks and one not).
     # One scratch capture while ranks fail (100,000 of them, typically), a
     # fresh one once a rank matches or a partial match left something in it.
     candidates = []
     capture = Capture()
-    for state in states:
+    for state in (states if rule.test.blocked is None else by_blocked[rule.test.blocked]):
         if not match_rank(rule.test, state, capture):
             if capture.evidence or capture.values:
                 capture = Capture()
@@ -762,7 +763,8 @@ def evaluate(rule: Rule, incident: m.Incident, analysis=None) -> list[Hit]:
     other_hits: set[int] = set()  # only who matched counts: their evidence is read again when cited
     if rule.others is not None:
         scratch = Capture()
-        for state in states:
+        wanted = rule.others.test.blocked
+        for state in (states if wanted is None else by_blocked[wanted]):
             if (not rule.others.live_only or not state.is_dead) and match_rank(rule.others.test, state, scratch):
                 other_hits.add(state.rank)
             if scratch.evidence or scratch.values:
@@ -794,6 +796,22 @@ def evaluate(rule: Rule, incident: m.Incident, analysis=None) -> list[Hit]:
     if (low is not None and len(hits) < low) or (high is not None and len(hits) > high):
         return []
     return hits
+
+
+_PARTITIONS: dict = {}  # id(incident) → (incident, states in rank order, {blocked: [states]})
+
+
+def _partition(incident: m.Incident):
+    """Every rule of a run walks the same incident: sort and split it once."""
+    cached = _PARTITIONS.get(id(incident))
+    if cached is None or cached[0] is not incident:
+        states = [incident.ranks[r] for r in sorted(incident.ranks)]
+        by_blocked = {True: [], False: []}
+        for state in states:
+            by_blocked[state.is_blocked].append(state)
+        _PARTITIONS.clear()  # one incident at a time; the entry keeps it alive until the next
+        cached = _PARTITIONS[id(incident)] = (incident, states, by_blocked)
+    return cached[1], cached[2]
 
 
 def _related(test: OthersTest, state: m.RankState, other: m.RankState, incident: m.Incident) -> bool:
