@@ -41,6 +41,8 @@ def _key(op):
 def outstanding(state) -> list:
     """The rank's send/recv calls that an artifact tracking completion shows
     unfinished, oldest first, each once."""
+    if not state.history:  # a snapshot or a stack dump: no call history to pile up in
+        return []
     tracking = {op.evidence.path for op in state.history
                 if op.state == "completed" and op.evidence is not None}
     done = {_key(op) for op in state.history if op.state == "completed"}
