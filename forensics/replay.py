@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from xml.sax.saxutils import escape, quoteattr
 
 import yaml
 
@@ -148,23 +147,16 @@ def table(results: list[CaseResult]) -> str:
     return "\n".join(lines) + "\n"
 
 
+_OUTCOME = {"fail": "failure", "xpass": "failure", "error": "error", "xfail": "skipped"}
+
+
 def junit(results: list[CaseResult]) -> str:
-    failures = sum(1 for r in results if r.status in ("fail", "xpass"))
-    errors = sum(1 for r in results if r.status == "error")
-    skipped = sum(1 for r in results if r.status == "xfail")
-    total = sum(r.seconds for r in results)
-    out = ['<?xml version="1.0" encoding="utf-8"?>',
-           f'<testsuite name="forensics-replay" tests="{len(results)}" failures="{failures}" '
-           f'errors="{errors}" skipped="{skipped}" time="{total:.3f}">']
+    """The replay as JUnit XML, through the same writer as `--format junit`."""
+    from .report.junit import Case, Suite, testsuite
+
+    cases = []
     for r in results:
-        out.append(f'  <testcase classname="corpus" name={quoteattr(r.name)} time="{r.seconds:.3f}">')
-        body = escape("\n".join(r.problems))
-        if r.status in ("fail", "xpass"):
-            out.append(f'    <failure message={quoteattr(r.problems[0] if r.problems else "")}>{body}</failure>')
-        elif r.status == "error":
-            out.append(f'    <error message={quoteattr(r.problems[0] if r.problems else "")}>{body}</error>')
-        elif r.status == "xfail":
-            out.append(f'    <skipped message={quoteattr("known miss")}>{body}</skipped>')
-        out.append("  </testcase>")
-    out.append("</testsuite>")
-    return "\n".join(out) + "\n"
+        outcome = _OUTCOME.get(r.status, "pass")
+        message = "known miss" if outcome == "skipped" else (r.problems[0] if r.problems else "")
+        cases.append(Case(r.name, "corpus", outcome, message, "\n".join(r.problems), seconds=r.seconds))
+    return testsuite(Suite("forensics-replay", cases))
