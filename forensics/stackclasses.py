@@ -6,6 +6,8 @@ where root causes hide."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import islice
+from typing import Iterator
 
 from .ranges import compact
 
@@ -60,23 +62,31 @@ def chain_text(frames: list[str]) -> str:
     return " → ".join(frames[:CHAIN_KEEP] + [f"… {hidden} frames …"] + frames[-CHAIN_KEEP:])
 
 
-def render(root: StackNode, max_lines: int = 40) -> list[str]:
-    """Indented lines, rank sets first; the largest class first at each level."""
-    lines: list[str] = []
-    width = max(8, len(compact(root.ranks)))
+def _majority(kids: list[StackNode], index: int) -> bool:
+    """Whether child `index` (children are largest first) holds a clear majority."""
+    return index == 0 and (len(kids) == 1 or len(kids[0].ranks) > len(kids[1].ranks))
 
-    def walk(node: StackNode, depth: int, majority: bool):
-        if len(lines) >= max_lines:
-            return
-        marker = "" if majority or depth == 0 else "  ◀ odd one out"
-        lines.append(f"{compact(node.ranks):<{width}}  {'  ' * depth}{chain_text(node.frames)}{marker}")
+
+def walk(root: StackNode) -> Iterator[tuple[StackNode, int, bool]]:
+    """The tree in print order, as (node, depth, odd one out): the largest
+    class first at each level; a node is the odd one out when it is not its
+    parent's clear majority. Every renderer of the tree draws from this."""
+    def visit(node: StackNode, depth: int, majority: bool):
+        yield node, depth, not majority and depth > 0
         kids = list(node.children.values())
         for index, child in enumerate(kids):
-            walk(child, depth + 1, index == 0 and (len(kids) == 1 or len(child.ranks) > len(kids[1].ranks)))
+            yield from visit(child, depth + 1, _majority(kids, index))
 
-    tops = list(root.children.values())
-    for index, top in enumerate(tops):
-        walk(top, 0, index == 0)
+    for index, top in enumerate(root.children.values()):
+        yield from visit(top, 0, index == 0)
+
+
+def render(root: StackNode, max_lines: int = 40) -> list[str]:
+    """Indented lines, rank sets first; the largest class first at each level."""
+    width = max(8, len(compact(root.ranks)))
+    lines = [f"{compact(node.ranks):<{width}}  {'  ' * depth}{chain_text(node.frames)}"
+             + ("  ◀ odd one out" if odd else "")
+             for node, depth, odd in islice(walk(root), max_lines)]
     if len(lines) >= max_lines:
         lines.append("… (more classes in --format json)")
     return lines
@@ -87,7 +97,7 @@ def to_json(node: StackNode) -> list[dict]:
     kids = list(node.children.values())
     for index, child in enumerate(kids):
         out.append({"frames": child.frames, "ranks": compact(child.ranks), "count": len(child.ranks),
-                    "majority": index == 0 and (len(kids) == 1 or len(child.ranks) > len(kids[1].ranks)),
+                    "majority": _majority(kids, index),
                     "children": to_json(child)})
     return out
 

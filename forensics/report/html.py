@@ -16,6 +16,7 @@ import gzip
 import os
 import re
 from collections import defaultdict
+from itertools import islice
 from html import escape
 
 from .. import stackclasses
@@ -271,23 +272,13 @@ def _stacks(tree, leaves, t) -> str:
     if not tree.ranks:
         return ""
     rows = []
-
-    def walk(node, depth, majority):
-        if len(rows) >= STACK_LINES:
-            return
+    for node, depth, odd_one in islice(stackclasses.walk(tree), STACK_LINES):
         label = leaves.get(id(node), "")
         anchor = f' id="stack-{label}"' if label else ""
-        odd = "" if majority or depth == 0 else f' <span class="odd">◀ {escape(t["odd"])}</span>'
+        odd = f' <span class="odd">◀ {escape(t["odd"])}</span>' if odd_one else ""
         frames = " → ".join(f"<span>{escape(f)}</span>" for f in _chain(node.frames))
         rows.append(f'<tr{anchor}{" class=oddrow" if odd else ""}><td class="rr">{escape(compact(node.ranks))}</td>'
                     f'<td class="sl">{label}</td><td style="padding-left:{0.4 + 1.4 * depth:.1f}em">{frames}{odd}</td></tr>')
-        kids = list(node.children.values())
-        for index, child in enumerate(kids):
-            walk(child, depth + 1, index == 0 and (len(kids) == 1 or len(child.ranks) > len(kids[1].ranks)))
-
-    tops = list(tree.children.values())
-    for index, top in enumerate(tops):
-        walk(top, 0, index == 0)
     more = '<p class="muted">… (--format json)</p>' if len(rows) >= STACK_LINES else ""
     caption = t["stack_main"].format(n=f"{len(tree.ranks):,}", k=stackclasses.classes(tree))
     return (f'<section id="stacks"><h2>{escape(t["stacks"])}</h2><p class="muted">{escape(caption)}</p>'
