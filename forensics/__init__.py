@@ -25,7 +25,7 @@ _SEED_RULES = (
 
 def analyze(paths, hung: bool = False, plugins=None, jobs: int | None = None, full: bool = False):
     """Read every artifact under `paths` and return the Report."""
-    from .analysis import analyze_incident as _analyze
+    from .analysis import analyze_incident as _analyze, prepare
     from .ingest import load_incident
     from .plugins import Plugins
 
@@ -33,7 +33,8 @@ def analyze(paths, hung: bool = False, plugins=None, jobs: int | None = None, fu
         paths = [paths]
     plugins = plugins or Plugins()
     with gc_paused():
-        incident = load_incident([str(p) for p in paths], plugins, hung=hung, jobs=jobs, full=full)
+        incident = load_incident([str(p) for p in paths], plugins, hung=hung, jobs=jobs, full=full,
+                                 meanwhile=lambda: prepare(plugins))
         return _analyze(incident, plugins)
 
 

@@ -40,7 +40,20 @@ class Report:
         return 1 if self.verdict in PROBLEM_VERDICTS else 0
 
 
+def prepare(plugins) -> None:
+    """What every analysis needs before its first rule: the graph library
+    (a tenth of a second to import) and each plugin's `forensics_prepare`.
+    Cheap when done already; the CLI runs it while files are parsed."""
+    import networkx  # noqa: F401  imported here so graph.py and rules need not at start-up
+
+    if plugins.prepared:
+        return
+    plugins.call("forensics_prepare")
+    plugins.prepared = True
+
+
 def analyze_incident(incident: Incident, plugins) -> Report:
+    prepare(plugins)
     edges = plugins.call("forensics_wait_edges", incident=incident)
     findings = plugins.call("forensics_findings", incident=incident)
     analysis = analyze_graph(build_graph(edges, incident), incident)

@@ -150,7 +150,7 @@ def _main(argv, plugins=None) -> int:
 
 def _analyze(args, plugin_set) -> int:
     from . import gc_paused
-    from .analysis import analyze_incident
+    from .analysis import analyze_incident, prepare
     from .ingest import load_incident
     from .ingest.textio import InputError
     from .report import FormatUnavailable, formats
@@ -167,7 +167,8 @@ def _analyze(args, plugin_set) -> int:
         with gc_paused():
             try:
                 incident = load_incident([str(p) for p in args.paths], plugins, hung=args.hung,
-                                         jobs=args.jobs, full=args.full, progress=progress)
+                                         jobs=args.jobs, full=args.full, progress=progress,
+                                         meanwhile=lambda: prepare(plugins))
             finally:
                 if progress is not None:
                     progress.close()

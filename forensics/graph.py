@@ -18,11 +18,12 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Iterable
-
-import networkx as nx
+from typing import TYPE_CHECKING, Iterable
 
 from .model import AND, OR, Incident, Node, WaitEdge, node_rank
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 
 @dataclass(slots=True)
@@ -98,6 +99,8 @@ def build_graph(edges: Iterable[WaitEdge], incident: Incident) -> nx.DiGraph:
     """The wait-for graph. Edge objects are kept beside it, keyed by
     (waiter, awaited), rather than as per-edge attribute dicts: a 100,000-rank
     incident builds twice as fast."""
+    import networkx as nx  # here, not at import: see prepare()
+
     graph = nx.DiGraph()
     graph.add_nodes_from(incident.ranks)
     by_pair: dict = {}
@@ -161,6 +164,8 @@ def _witness_cycles(graph: nx.DiGraph, stuck: set) -> list[tuple[list[Node], fro
     # walk, and when everything is stuck the graph itself will do.
     sub = graph if len(stuck) == graph.number_of_nodes() else graph.subgraph(stuck).copy()
     cycles = []
+    import networkx as nx
+
     for component in nx.strongly_connected_components(sub):
         if len(component) == 1:
             (only,) = component

@@ -61,6 +61,16 @@ def forensics_parse(artifact: "Artifact") -> "Facts | None":
 
 
 @hookspec
+def forensics_prepare() -> None:
+    """Get ready to analyze: load tables, compile patterns, import what the
+    rules need. Called once per analysis before the first rule hook, and by
+    the CLI while worker processes are still parsing the files, so that
+    this work shares the CPUs with parsing instead of following it. Must
+    not depend on the incident. Return nothing; raise nothing (a rule that
+    cannot get ready says so when its rule hooks are called)."""
+
+
+@hookspec
 def forensics_wait_edges(incident: "Incident") -> "Iterable[WaitEdge] | None":
     """Add wait-for edges: `WaitEdge(waiter, awaited, AND|OR, reason, rule, evidence)`.
 

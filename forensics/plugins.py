@@ -45,6 +45,7 @@ class Plugins:
         self.pm = pluggy.PluginManager(hookspecs.PROJECT)
         self.pm.add_hookspecs(hookspecs)
         self.diagnostics: list[Diagnostic] = []
+        self.prepared = False  # forensics_prepare has run (forensics.analysis.prepare)
         self.extra = tuple(extra)
         self.builtins = tuple(builtins)
         for name in builtins:
@@ -62,6 +63,7 @@ class Plugins:
         return self.pm.hook
 
     def register(self, plugin, name: str | None = None) -> None:
+        self.prepared = False
         try:
             self.pm.register(plugin, name=name)
         except Exception as exc:  # a broken plugin is a diagnostic, not a crash

@@ -21,8 +21,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-import yaml
-
+from . import lazy
 from .ingest.textio import InputError
 from .report.json_report import node_json
 
@@ -58,11 +57,11 @@ def find_incidents(root: str) -> list[str]:
 def load_expected(path: str) -> dict:
     try:
         with open(path, encoding="utf-8") as handle:
-            data = yaml.load(handle, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    except yaml.MarkedYAMLError as exc:
+            data = lazy.yaml.load(handle, Loader=getattr(lazy.yaml, "CSafeLoader", lazy.yaml.SafeLoader))
+    except lazy.yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         raise InputError(path, f"invalid YAML: {exc.problem}", mark.line + 1 if mark else 0) from None
-    except (OSError, yaml.YAMLError) as exc:
+    except (OSError, lazy.yaml.YAMLError) as exc:
         raise InputError(path, f"cannot read: {exc}") from None
     if not isinstance(data, dict) or "verdict" not in data:
         raise InputError(path, "expected.yaml must be a mapping with at least 'verdict'", 1)

@@ -27,8 +27,7 @@ import re
 from dataclasses import dataclass, field
 from importlib import resources
 
-import yaml
-
+from . import lazy
 from . import model as m
 from .hookspecs import hookimpl
 from .ranges import compact
@@ -174,10 +173,10 @@ def _check_nodes(root, path: str) -> None:
         count += 1
         if count > MAX_NODES:
             raise RuleError(path, 1, 1, f"rule file has more than {MAX_NODES} YAML nodes")
-        if isinstance(node, yaml.MappingNode):
+        if isinstance(node, lazy.yaml.MappingNode):
             for key, value in node.value:
                 stack.extend((key, value))
-        elif isinstance(node, yaml.SequenceNode):
+        elif isinstance(node, lazy.yaml.SequenceNode):
             stack.extend(node.value)
 
 
@@ -186,14 +185,14 @@ def _node_at(root, path) -> tuple[object, object]:
     of the last mapping step or None)."""
     node, key_node = root, None
     for step in path:
-        if isinstance(node, yaml.MappingNode):
+        if isinstance(node, lazy.yaml.MappingNode):
             for key, value in node.value:
-                if isinstance(key, yaml.ScalarNode) and key.value == str(step):
+                if isinstance(key, lazy.yaml.ScalarNode) and key.value == str(step):
                     node, key_node = value, key
                     break
             else:
                 return node, key_node
-        elif isinstance(node, yaml.SequenceNode) and isinstance(step, int) and step < len(node.value):
+        elif isinstance(node, lazy.yaml.SequenceNode) and isinstance(step, int) and step < len(node.value):
             node, key_node = node.value[step], None
         else:
             return node, key_node
@@ -201,9 +200,9 @@ def _node_at(root, path) -> tuple[object, object]:
 
 
 def _key_node(mapping, name: str):
-    if isinstance(mapping, yaml.MappingNode):
+    if isinstance(mapping, lazy.yaml.MappingNode):
         for key, _ in mapping.value:
-            if isinstance(key, yaml.ScalarNode) and key.value == name:
+            if isinstance(key, lazy.yaml.ScalarNode) and key.value == name:
                 return key
     return None
 
@@ -281,10 +280,11 @@ def read_rule_file(path: str, display: str | None = None, validate: bool = True)
 
 
 # libyaml's safe loader when PyYAML was built with it (the same YAML, parsed in C), else PyYAML's own.
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+def _loader():
+    return getattr(lazy.yaml, "CSafeLoader", lazy.yaml.SafeLoader)
 
 
-def _yaml_problem(exc: yaml.MarkedYAMLError) -> str:
+def _yaml_problem(exc: lazy.yaml.MarkedYAMLError) -> str:
     parts = [p for p in (exc.context, exc.problem) if p]
     return ", ".join(parts) or "invalid YAML"
 
@@ -292,24 +292,24 @@ def _yaml_problem(exc: yaml.MarkedYAMLError) -> str:
 def _refuse_anchors(text: str, display: str) -> None:
     """Scan the event stream (nothing is built) for anchors and aliases: a
     rule file never needs them, and they are how YAML bombs expand."""
-    for event in yaml.parse(text, Loader=_LOADER):
-        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+    for event in lazy.yaml.parse(text, Loader=_loader()):
+        if isinstance(event, lazy.yaml.AliasEvent) or getattr(event, "anchor", None):
             line, col = event.start_mark.line + 1, event.start_mark.column + 1
-            what = f"alias *{event.anchor}" if isinstance(event, yaml.AliasEvent) else f"anchor &{event.anchor}"
+            what = f"alias *{event.anchor}" if isinstance(event, lazy.yaml.AliasEvent) else f"anchor &{event.anchor}"
             raise RuleError(display, line, col, f"YAML anchors and aliases are not allowed in rule files ({what})")
 
 
 def parse_rule_text(text: str, display: str, validate: bool = True) -> tuple[dict, object]:
     try:
         _refuse_anchors(text, display)
-        root = yaml.compose(text, Loader=_LOADER)
+        root = lazy.yaml.compose(text, Loader=_loader())
     except RuleError as exc:
         raise RuleFileErrors([exc]) from None
-    except yaml.MarkedYAMLError as exc:
+    except lazy.yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
         raise RuleFileErrors([RuleError(display, line, col, f"invalid YAML: {_yaml_problem(exc)}")]) from None
-    except yaml.YAMLError as exc:
+    except lazy.yaml.YAMLError as exc:
         raise RuleFileErrors([RuleError(display, 1, 1, f"invalid YAML: {exc}")]) from None
     except RecursionError:
         raise RuleFileErrors([RuleError(display, 1, 1, "invalid YAML: nested too deeply")]) from None
@@ -320,12 +320,12 @@ def parse_rule_text(text: str, display: str, validate: bool = True) -> tuple[dic
     except RuleError as exc:
         raise RuleFileErrors([exc]) from None
     try:
-        data = yaml.load(text, Loader=_LOADER)  # aliases refused above: nothing to expand
-    except yaml.MarkedYAMLError as exc:  # a tag the safe loader will not build
+        data = lazy.yaml.load(text, Loader=_loader())  # aliases refused above: nothing to expand
+    except lazy.yaml.MarkedYAMLError as exc:  # a tag the safe loader will not build
         mark = exc.problem_mark or exc.context_mark
         line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
         raise RuleFileErrors([RuleError(display, line, col, f"invalid YAML: {_yaml_problem(exc)}")]) from None
-    except (yaml.YAMLError, RecursionError, ValueError) as exc:
+    except (lazy.yaml.YAMLError, RecursionError, ValueError) as exc:
         raise RuleFileErrors([RuleError(display, 1, 1, f"invalid YAML: {exc}")]) from None
     errors = _schema_errors(data, root, display) if validate else []
     if errors:
@@ -437,7 +437,7 @@ class _Compiler:
             raw = spec["frame"] if isinstance(spec["frame"], list) else [spec["frame"]]
             frame_node = child("frame")
             for index, frame in enumerate(raw):
-                fnode = frame_node.value[index] if isinstance(frame_node, yaml.SequenceNode) else frame_node
+                fnode = frame_node.value[index] if isinstance(frame_node, lazy.yaml.SequenceNode) else frame_node
                 frames.append(FrameTest(
                     self.regex(frame["function"], _node_at(fnode, ["function"])[0]) if "function" in frame else None,
                     self.regex(frame["file"], _node_at(fnode, ["file"])[0]) if "file" in frame else None,
@@ -924,17 +924,15 @@ def forensics_rules():
     return _shipped().forensics_rules()
 
 
-def _preload() -> None:
-    """Parse the shipped rules when the plugin is registered (start-up), not
-    in the middle of the first analysis; a broken shipped file still
+@hookimpl
+def forensics_prepare():
+    """Parse the shipped rules ahead of the first rule hook (the CLI calls
+    this while files are still being parsed); a broken shipped file
     surfaces where it is used, as a plugin diagnostic."""
     try:
         _shipped_set()
     except Exception:  # noqa: BLE001 - reported by the hook call that needs the rules
         _shipped_set.cache_clear()
-
-
-_preload()
 
 
 @hookimpl

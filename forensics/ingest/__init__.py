@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from .. import model as m
 from ..model import Artifact, Diagnostic, Evidence, Incident, ProcessGroup, StuckSignal
-from . import stacks
+from . import stacks, workers
 from .attribution import PidMap, attribute, rank_from_path
 from .facts import Facts
 from .records import groups_from_comms, state_from_records
@@ -53,15 +53,26 @@ def discover(paths, plugins, full: bool = False, jobs: int = 1) -> tuple[list[Ar
 def _sniff_all(paths: list[str], plugins, jobs: int) -> list[tuple[list[str], str]]:
     """Sniff many files in worker processes: every reader looks at every
     head, so for 20,000 dumps this is seconds of CPU worth sharing."""
-    spec = plugins.clone_spec()
-    if jobs <= 1 or spec is None or len(paths) < SNIFF_PARALLEL_MIN:
+    if jobs <= 1 or len(paths) < SNIFF_PARALLEL_MIN:
         return [_sniff(path, path, plugins) for path in paths]
     chunks = [paths[i:i + 4 * CHUNK] for i in range(0, len(paths), 4 * CHUNK)]
-    out: list = []
-    with _pool(jobs, spec) as pool:
-        for answers in pool.map(_sniff_chunk, chunks):
-            out.extend(answers)
-    return out
+    out: list = [None] * len(chunks)
+    if workers.available():
+        def store(index, answers):
+            out[index] = answers
+
+        def died(index, how):  # sniffing reads 64 KiB: a worker dying is not the file's doing
+            return [_sniff(path, path, plugins) for path in chunks[index]]
+
+        workers.run(chunks, [len(c) for c in chunks], lambda c: [_sniff(p, p, plugins) for p in c],
+                    jobs, store, died)
+    else:
+        spec = plugins.clone_spec()
+        if spec is None:
+            return [_sniff(path, path, plugins) for path in paths]
+        with _pool(jobs, spec) as pool:
+            out = list(pool.map(_sniff_chunk, chunks))
+    return [answer for answers in out for answer in answers]
 
 
 def _sniff_chunk(paths):
@@ -69,11 +80,11 @@ def _sniff_chunk(paths):
 
 
 def _pool(jobs: int, spec):
+    """A spawned process pool, where fork is not available."""
     import concurrent.futures
     import multiprocessing
 
-    context = multiprocessing.get_context("fork" if hasattr(os, "fork") else "spawn")
-    return concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=context,
+    return concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
                                                   initializer=_worker_init, initargs=(spec,))
 
 
@@ -94,8 +105,9 @@ def _sniff(path: str, display: str, plugins) -> tuple[list[str], str]:
     return [], "not a recognized artifact: skipped"
 
 
-PARALLEL_MIN = 64  # below this many files, worker start-up costs more than it saves
-SNIFF_PARALLEL_MIN = 512  # sniffing reads 64 KiB a file: a pool pays off later than for parsing
+PARALLEL_BYTES = 4 << 20  # below this much input (and PARALLEL_MIN files), one process is quicker
+PARALLEL_MIN = 64  # this many files are worth workers even when small
+SNIFF_PARALLEL_MIN = 512  # sniffing reads 64 KiB a file: workers pay off later than for parsing
 CHUNK = 32
 
 
@@ -128,26 +140,52 @@ def _parse_chunk(chunk):
         gc.enable()
 
 
-BIG_FILE = 64 << 20  # a file this big is worth a worker of its own
-
-
-def _parse_all(artifacts, plugins, jobs: int, progress=None):
+def _parse_all(artifacts, plugins, jobs: int, progress=None, meanwhile=None):
     """Parse every artifact; `progress(files_done, files_total, bytes_done,
     bytes_total)`, when given, is called before the first file and after
-    each file (serial) or each chunk (parallel) is parsed."""
-    spec = plugins.clone_spec()
+    each file is parsed. `meanwhile()`, when given, runs while workers
+    parse (or first, when there are none)."""
     sizes = [file_size(a.path) for a in artifacts]
-    big = sum(1 for size in sizes if size >= BIG_FILE)
     counter = _Progress(progress, len(artifacts), sum(sizes))
-    if jobs <= 1 or spec is None or (len(artifacts) < PARALLEL_MIN and big < 2):
+    parallel = jobs > 1 and len(artifacts) > 1 and (len(artifacts) >= PARALLEL_MIN or sum(sizes) >= PARALLEL_BYTES)
+    if parallel and workers.available():
+        return _parse_forked(artifacts, sizes, plugins, jobs, counter, meanwhile)
+    if meanwhile is not None:
+        meanwhile()
+    spec = plugins.clone_spec()
+    if not parallel or spec is None:
         results = []
         for artifact, size in zip(artifacts, sizes):
             results.append(_parse_one(artifact, plugins))
             counter.add(1, size)
         return results
+    return _parse_pooled(artifacts, sizes, plugins, jobs, counter, spec)
 
-    # Big files go one per task so two workers share them evenly; the many
-    # small ones travel in chunks to keep the pickling overhead low.
+
+def _parse_forked(artifacts, sizes, plugins, jobs, counter, meanwhile):
+    results: list = [None] * len(artifacts)
+
+    def work(artifact):
+        known = len(plugins.diagnostics)
+        return _parse_one(artifact, plugins), plugins.diagnostics[known:]
+
+    def store(index, answer):
+        results[index], diagnostics = answer
+        plugins.diagnostics.extend(d for d in diagnostics if d not in plugins.diagnostics)
+        counter.add(1, sizes[index])
+
+    def died(index, how):
+        artifact = artifacts[index]
+        return ("error", artifact.display, f"the worker process parsing this file {how}: file not read", 0), []
+
+    workers.run(artifacts, sizes, work, jobs, store, died, meanwhile)
+    return results
+
+
+def _parse_pooled(artifacts, sizes, plugins, jobs, counter, spec):
+    """Where fork is missing: a spawned pool. Big files go one per task so
+    two workers share them evenly; the many small ones travel in chunks to
+    keep the pickling overhead low."""
     chunks, current = [], []
     for artifact, size in zip(artifacts, sizes):
         if size >= BIG_FILE:
@@ -170,6 +208,9 @@ def _parse_all(artifacts, plugins, jobs: int, progress=None):
     return results
 
 
+BIG_FILE = 64 << 20  # a file this big is worth a task of its own
+
+
 class _Progress:
     """Counts files and bytes parsed for an optional progress callback."""
 
@@ -187,15 +228,17 @@ class _Progress:
 
 
 def load_incident(paths, plugins, hung: bool = False, jobs: int | None = None,
-                  full: bool = False, progress=None) -> Incident:
+                  full: bool = False, progress=None, meanwhile=None) -> Incident:
     """Discover, parse (in parallel for many files) and merge. `progress`,
     if given, is called as `progress(files_done, files_total, bytes_done,
-    bytes_total)` while the artifacts are parsed (a CLI progress bar)."""
+    bytes_total)` while the artifacts are parsed (a CLI progress bar).
+    `meanwhile()`, if given, runs while worker processes parse: start-up
+    work of the caller's that can share the CPUs with parsing."""
     jobs = jobs if jobs is not None else (os.cpu_count() or 1)
     artifacts, diagnostics = discover(paths, plugins, full, jobs)
     facts: list[Facts] = []
     errors: list[InputError] = []
-    for parsed in _parse_all(artifacts, plugins, jobs, progress):
+    for parsed in _parse_all(artifacts, plugins, jobs, progress, meanwhile):
         if isinstance(parsed, tuple):
             _, path, message, line = parsed
             errors.append(InputError(path, message, line))

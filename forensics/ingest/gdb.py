@@ -20,8 +20,7 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-import lark
-
+from .. import lazy
 from .cache import BoundedCache as _Cache
 from .reader import reader_hooks
 from ..model import Evidence, Frame, ProcessDump, ThreadStack
@@ -123,7 +122,7 @@ class _Record(NamedTuple):
 _UNRECOGNIZED = _Record("unrecognized")
 
 
-class _Records(lark.Transformer):
+class _Records:
     """Turns each parsed line into a `_Record`; lark applies it while parsing."""
 
     def start(self, children):
@@ -204,7 +203,7 @@ def _record(line: str) -> _Record:
     if record is None:
         try:
             record = parser(KIND, "start", _Records).parse(line)
-        except lark.exceptions.LarkError:
+        except lazy.lark.exceptions.LarkError:
             record = _UNRECOGNIZED
         _RECORDS.put(line, record)
     return record

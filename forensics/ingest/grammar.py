@@ -12,7 +12,7 @@ import functools
 import os
 from importlib import resources
 
-import lark
+from .. import lazy
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _CHECKOUT = os.path.normpath(os.path.join(_HERE, "..", "..", "grammars"))
@@ -28,14 +28,25 @@ def grammar_text(name: str) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def parser(name: str, start: str = "start", transformer_factory=None) -> lark.Lark:
+def parser(name: str, start: str = "start", callbacks: type | None = None, inline: bool = False) -> "lazy.lark.Lark":
     """A cached LALR parser for grammars/<name>.lark.
 
-    `transformer_factory` (a class or function returning a lark.Transformer)
-    makes lark apply it inline while parsing: no tree is ever built, and
-    no lark Tree or Token escapes the ingest layer.
+    `callbacks`: a plain class whose methods are named after grammar rules;
+    lark applies them while parsing (as a `lark.Transformer` made from
+    them, with `v_args(inline=True)` when `inline`), so no tree is ever
+    built and no lark Tree or Token escapes the ingest layer. A plain
+    class rather than a Transformer subclass, so that importing a reader
+    does not import lark.
     """
-    transformer = transformer_factory() if transformer_factory is not None else None
-    return lark.Lark(grammar_text(name), parser="lalr", lexer="contextual", start=start,
+    transformer = _transformer(callbacks, inline)() if callbacks is not None else None
+    return lazy.lark.Lark(grammar_text(name), parser="lalr", lexer="contextual", start=start,
                      transformer=transformer, propagate_positions=False,
                      maybe_placeholders=False, cache=transformer is None)
+
+
+@functools.lru_cache(maxsize=None)
+def _transformer(callbacks: type, inline: bool) -> type:
+    """A `lark.Transformer` subclass with the methods of `callbacks` as its own."""
+    namespace = {key: value for key, value in vars(callbacks).items() if key not in ("__dict__", "__weakref__")}
+    made = type(callbacks.__name__, (lazy.lark.Transformer,), namespace)
+    return lazy.lark.v_args(inline=True)(made) if inline else made

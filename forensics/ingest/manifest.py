@@ -12,8 +12,7 @@ from __future__ import annotations
 import json
 import os
 
-import yaml
-
+from .. import lazy
 from .reader import reader_hooks
 from ..model import Evidence
 from .facts import Facts
@@ -32,14 +31,14 @@ def parse(path: str, display: str) -> Facts:
     text = read_text(path)
     facts = Facts(KIND, display)
     try:
-        data = json.loads(text) if text.lstrip().startswith("{") else yaml.load(
-            text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        data = json.loads(text) if text.lstrip().startswith("{") else lazy.yaml.load(
+            text, Loader=getattr(lazy.yaml, "CSafeLoader", lazy.yaml.SafeLoader))
     except json.JSONDecodeError as exc:
         raise InputError(display, f"invalid JSON: {exc.msg}", exc.lineno) from None
-    except yaml.MarkedYAMLError as exc:
+    except lazy.yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         raise InputError(display, f"invalid YAML: {exc.problem}", mark.line + 1 if mark else 0) from None
-    except yaml.YAMLError as exc:
+    except lazy.yaml.YAMLError as exc:
         raise InputError(display, f"invalid YAML: {exc}") from None
     if not isinstance(data, dict):
         raise InputError(display, "a rank map must map ranks to pids", 1)
@@ -72,3 +71,4 @@ def _line_of(lines: list[str], key: str) -> int:
 forensics_sniff, forensics_parse = reader_hooks(
     {KIND: lambda artifact: parse(artifact.path, artifact.display)},
     lambda path, head: KIND if sniff(path, head) else None)
+

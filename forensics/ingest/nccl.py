@@ -72,8 +72,7 @@ import re
 import zlib
 from typing import Iterable, Iterator, NamedTuple
 
-import lark
-
+from .. import lazy
 from .reader import reader_hooks
 from ..model import CommOp, Evidence, GroupProgress, ProcessRecord, normalize_op
 from .facts import Facts
@@ -128,8 +127,6 @@ _MASK = re.compile(rb"(?<=opCount )[0-9a-fA-F]+|(?<=busId )[0-9a-fA-F]+|(?<=\[)[
                    rb"|0[xX][0-9a-fA-F]+|-?\d[0-9a-fA-F]*")
 _SHAPE = bytes.maketrans(b"0123456789abcdef", b"#" * 16)
 _IP = re.compile(r"(?:^|[\s\]:/])(\d{1,3}(?:\.\d{1,3}){3}|[0-9a-fA-F]*:[0-9a-fA-F:]+)<-?\d+>")
-
-
 
 
 # ------------------------------------------------------------------ entry points
@@ -605,7 +602,7 @@ def _val(item) -> _Val:
     return item if isinstance(item, _Val) else _Val(item.start_pos, str(item))
 
 
-class _Records(lark.Transformer):
+class _Records:
     """Each start rule becomes a `_Record`; lark applies this while parsing,
     so no tree is built and no token leaves this class."""
 
@@ -709,7 +706,7 @@ class _Records(lark.Transformer):
                 numbers.append(item.values[0])
             elif isinstance(item, tuple):
                 ends.append(item)
-            elif not isinstance(item, lark.Token):
+            elif not isinstance(item, lazy.lark.Token):
                 arrow = item
             elif item.type == "M":
                 numbers.append(_val(item))
@@ -799,7 +796,7 @@ def _record(rule: str, masked: bytes) -> _Record | None:
         try:
             parsed = parser(KIND, "start", _Records).parse(text)
             record = _Record(parsed.kind, {name: _refs(value, text) for name, value in parsed.fields.items()})
-        except (lark.exceptions.LarkError, ValueError, TypeError, AttributeError, IndexError):
+        except (lazy.lark.exceptions.LarkError, ValueError, TypeError, AttributeError, IndexError):
             record = _BAD
         _RECORDS.put(key, record)
     return None if record is _BAD else record

@@ -44,8 +44,7 @@ import re
 import threading
 from json.decoder import JSONDecodeError
 
-import lark
-
+from .. import lazy
 from ..model import Evidence, Frame, ProcessDump, ThreadStack
 from . import jsonwalk
 from .facts import Facts
@@ -128,8 +127,7 @@ def sniff(path: str, head: bytes) -> str | None:
 
 # ------------------------------------------------------------------ lines
 
-@lark.v_args(inline=True)
-class _LineTransformer(lark.Transformer):
+class _LineTransformer:
     """One grammar line → a plain tuple `(kind, *fields)` of str/int/bool.
 
     Fields keep their masked NULs; `_fill` puts the real values back.
@@ -245,8 +243,8 @@ def _parse_line(masked: str) -> tuple:
     if not masked.startswith(_GRAMMAR_PREFIXES):
         return _JUNK
     try:
-        parsed = parser("pyspy", "start", _LineTransformer).parse(masked)
-    except lark.exceptions.LarkError:
+        parsed = parser("pyspy", "start", _LineTransformer, inline=True).parse(masked)
+    except lazy.lark.exceptions.LarkError:
         parsed = ("error",)
     with _lock:
         if _line_chars + len(masked) > _LINE_CACHE_CHARS:

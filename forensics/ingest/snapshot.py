@@ -21,8 +21,7 @@ import re
 from datetime import datetime
 from json.decoder import JSONDecodeError
 
-import yaml
-
+from .. import lazy
 from .. import model as m
 from ..model import Evidence
 from . import jsonwalk
@@ -133,27 +132,27 @@ def _lines(offsets, line_of) -> dict:
 # ---------------------------------------------------------------- YAML with lines
 
 def _yaml_members(text: str, display: str) -> tuple[dict, dict]:
-    loader_cls = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    loader_cls = getattr(lazy.yaml, "CSafeLoader", lazy.yaml.SafeLoader)
     try:
-        node = yaml.compose(text, Loader=loader_cls)
-        value = yaml.load(text, Loader=loader_cls)
-    except yaml.MarkedYAMLError as exc:
+        node = lazy.yaml.compose(text, Loader=loader_cls)
+        value = lazy.yaml.load(text, Loader=loader_cls)
+    except lazy.yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else 0
         raise InputError(display, f"invalid YAML: {exc.problem or exc.context}", line) from None
-    except yaml.YAMLError as exc:
+    except lazy.yaml.YAMLError as exc:
         raise InputError(display, f"invalid YAML: {exc}") from None
     except RecursionError:
         raise InputError(display, "invalid YAML: nested too deeply") from None
-    if not isinstance(value, dict) or not isinstance(node, yaml.MappingNode):
+    if not isinstance(value, dict) or not isinstance(node, lazy.yaml.MappingNode):
         raise InputError(display, "a snapshot must be a mapping of rank to state", 1)
     lines = {"": {}}
     for key_node, value_node in node.value:
         key = _yaml_key(key_node)
         lines[""][key] = key_node.start_mark.line + 1
-        if isinstance(value_node, yaml.MappingNode):
+        if isinstance(value_node, lazy.yaml.MappingNode):
             lines[""][key] = _op_line(value_node) or lines[""][key]
-        if key == "ranks" and isinstance(value_node, yaml.MappingNode):
+        if key == "ranks" and isinstance(value_node, lazy.yaml.MappingNode):
             lines["ranks"] = {_yaml_key(k): _op_line(v) or k.start_mark.line + 1
                               for k, v in value_node.value}
     return {_plain_key(k): v for k, v in value.items()}, lines
@@ -161,15 +160,15 @@ def _yaml_members(text: str, display: str) -> tuple[dict, dict]:
 
 def _op_line(node) -> int:
     """The line of a rank's `current_op`, the most telling line to cite."""
-    if isinstance(node, yaml.MappingNode):
+    if isinstance(node, lazy.yaml.MappingNode):
         for key, _ in node.value:
-            if isinstance(key, yaml.ScalarNode) and key.value == "current_op":
+            if isinstance(key, lazy.yaml.ScalarNode) and key.value == "current_op":
                 return key.start_mark.line + 1
     return 0
 
 
 def _yaml_key(node) -> str:
-    return str(node.value) if isinstance(node, yaml.ScalarNode) else repr(node.value)
+    return str(node.value) if isinstance(node, lazy.yaml.ScalarNode) else repr(node.value)
 
 
 def _plain_key(key) -> str:

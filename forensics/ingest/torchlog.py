@@ -62,9 +62,7 @@ from collections import deque
 from dataclasses import replace
 from typing import NamedTuple
 
-import lark
-from lark import Token
-
+from .. import lazy
 from .reader import reader_hooks
 from ..model import (DEFAULT_GROUP, CommOp, Evidence, GroupProgress, ProcessGroup, ProcessRecord,
                      StuckSignal, normalize_op)
@@ -254,7 +252,7 @@ def _ref(token) -> tuple[int, int]:
 
 
 def _tokens(children, *types):
-    return [c for c in children if isinstance(c, Token) and c.type in types]
+    return [c for c in children if isinstance(c, lazy.lark.Token) and c.type in types]
 
 
 def _token(children, *types):
@@ -264,7 +262,7 @@ def _token(children, *types):
 
 def _at(children) -> int:
     for child in children:
-        if isinstance(child, Token):
+        if isinstance(child, lazy.lark.Token):
             return child.start_pos
         if isinstance(child, _Ev):
             return child.at
@@ -304,7 +302,7 @@ def _event(kind):
     return callback
 
 
-class _Records(lark.Transformer):
+class _Records:
     """Builds a record's template (a tuple of `_Ev`) while lark parses."""
 
     # -- values
@@ -540,7 +538,7 @@ class _Records(lark.Transformer):
         own repetition rules (`__…`) must stay trees: lark splices them into
         their parent while parsing, so none reaches a template."""
         if data.startswith("_"):
-            return lark.Tree(data, children)
+            return lazy.lark.Tree(data, children)
         return _events(children)
 
     def start(self, c):
@@ -561,7 +559,7 @@ def _template(masked: str):
         try:
             events = parser(GRAMMAR, "start", _Records).parse(masked)
             found = tuple(ev._replace(at=masked.count("\n", 0, ev.at) if ev.at > 0 else 0) for ev in events)
-        except lark.exceptions.UnexpectedInput as exc:
+        except lazy.lark.exceptions.UnexpectedInput as exc:
             line = max(0, (getattr(exc, "line", 1) or 1) - 1)
             column = 0 if _at_end(exc) else (getattr(exc, "column", 0) or 0)
             found = _Unreadable(line, column, _stops_short(exc, masked))
@@ -574,13 +572,13 @@ def _template(masked: str):
 def _stops_short(exc, masked: str) -> bool:
     """Whether the text ends where more of a known shape was expected: at
     the end of the record, or inside a keyword cut in two."""
-    if isinstance(exc, lark.exceptions.UnexpectedEOF):
+    if isinstance(exc, lazy.lark.exceptions.UnexpectedEOF):
         return True
-    if isinstance(exc, lark.exceptions.UnexpectedToken):
+    if isinstance(exc, lazy.lark.exceptions.UnexpectedToken):
         if exc.token.type == "$END":
             return True
         expected, at = exc.expected, exc.token.start_pos
-    elif isinstance(exc, lark.exceptions.UnexpectedCharacters):
+    elif isinstance(exc, lazy.lark.exceptions.UnexpectedCharacters):
         expected, at = exc.allowed, exc.pos_in_stream
     else:
         return False
@@ -601,7 +599,7 @@ def _literals() -> dict[str, str]:
 
 def _at_end(exc) -> bool:
     token = getattr(exc, "token", None)
-    return isinstance(exc, lark.exceptions.UnexpectedEOF) or getattr(token, "type", "") == "$END"
+    return isinstance(exc, lazy.lark.exceptions.UnexpectedEOF) or getattr(token, "type", "") == "$END"
 
 
 _PLAIN_EVENTS = frozenset({"c10", "log", "pg"})

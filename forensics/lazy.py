@@ -1,0 +1,35 @@
+"""Modules imported on first use.
+
+`yaml = lazy.module("yaml")` binds a module whose code runs the first time
+one of its attributes is read (the standard library's `LazyLoader`). A run
+that never reads a YAML file or a log line lark has to parse does not pay
+for importing them: about 40 ms of a start-up that decides how soon a
+Flight Recorder-only run can hand its files to the workers.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+
+def module(name: str):
+    """The module `name`, imported on first attribute access (or now, if
+    it is imported already or cannot be found lazily)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.find_spec(name)
+    if spec is None or spec.loader is None:
+        return importlib.import_module(name)  # raises the usual ImportError
+    spec.loader = importlib.util.LazyLoader(spec.loader)
+    lazy = importlib.util.module_from_spec(spec)
+    sys.modules[name] = lazy
+    spec.loader.exec_module(lazy)
+    return lazy
+
+
+# Used as `lazy.yaml.X` and `lazy.lark.X`: a plugin module must not hold a
+# lazy module as an attribute of its own, since registering the plugin
+# inspects every attribute (and so would import it).
+yaml = module("yaml")
+lark = module("lark")
