@@ -140,5 +140,5 @@ def _reap(pid: int) -> str:
             name = signal.Signals(number).name
         except ValueError:
             name = f"signal {number}"
-        return f"killed by {name}"
+        return f"was killed by {name}"
     return f"exited with status {os.WEXITSTATUS(status)}"

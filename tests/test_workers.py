@@ -1,0 +1,120 @@
+"""Parsing in forked workers: the same incident as one process, a worker
+that dies costs only its file, and start-up imports only what it needs."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+import forensics
+from forensics.hookspecs import hookimpl
+from forensics.ingest import load_incident, workers
+from forensics.plugins import Plugins
+from forensics.report import formats
+
+from conftest import CORPUS, ROOT as REPO
+
+pytestmark = pytest.mark.skipif(not workers.available(), reason="no fork on this platform")
+
+FR_DUMPS = CORPUS / "real_collective_mismatch" / "fr"
+
+
+def _json(report) -> dict:
+    data = json.loads(formats(Plugins(autoload=False))["json"].render(report, "en"))
+    data.pop("tool", None)
+    return data
+
+
+@pytest.mark.parametrize("incident", ["real_p2p_cycle_2", "real_collective_mismatch", "synthetic_network_fault_nccl"])
+def test_workers_give_the_report_one_process_gives(incident, monkeypatch):
+    serial = forensics.analyze(CORPUS / incident, hung=True, jobs=1, plugins=Plugins(autoload=False))
+    monkeypatch.setattr("forensics.ingest.PARALLEL_MIN", 2)  # these folders are small: force the workers
+    parallel = forensics.analyze(CORPUS / incident, hung=True, jobs=2, plugins=Plugins(autoload=False))
+    assert _json(parallel) == _json(serial)
+
+
+def test_shares_balance_cost_and_keep_file_order():
+    costs = [100, 1, 1, 1, 50, 50, 1]
+    shares = workers.shares(costs, 2)
+    assert sorted(i for share in shares for i in share) == list(range(len(costs)))
+    loads = [sum(costs[i] for i in share) for share in shares]
+    assert max(loads) <= 104
+    assert all(share == sorted(share) for share in shares)
+    assert workers.shares([5], 4) == [[0]]  # no idle workers forked
+
+
+class KillsItsProcess:
+    """A parser that takes every file named `*poison*` and kills the process
+    reading it, as a segfault in a C extension or the OOM killer would."""
+
+    @hookimpl
+    def forensics_sniff(self, path, head):
+        return "poison" if "poison" in os.path.basename(path) else None
+
+    @hookimpl
+    def forensics_parse(self, artifact):
+        if artifact.kind == "poison":
+            os.kill(os.getpid(), signal.SIGKILL)
+        return None
+
+
+def test_a_worker_that_dies_costs_only_its_file(tmp_path, monkeypatch):
+    dumps = sorted(FR_DUMPS.iterdir())
+    for dump in dumps:
+        (tmp_path / dump.name).write_bytes(dump.read_bytes())
+    (tmp_path / "0_poison").write_text("anything\n")  # first in its worker's share: dumps queue behind it
+    monkeypatch.setattr("forensics.ingest.PARALLEL_MIN", 2)
+    plugins = Plugins(autoload=False, extra=(KillsItsProcess(),))
+    incident = load_incident([str(tmp_path)], plugins, jobs=2)
+    errors = [d for d in incident.diagnostics if d.severity == "error"]
+    assert [(d.path, d.message) for d in errors] == [
+        ("0_poison", "the worker process parsing this file was killed by SIGKILL: file not read")]
+    # Every dump was read, including those queued behind the poison in its worker's share.
+    assert sorted(incident.ranks) == sorted(forensics.analyze(FR_DUMPS, jobs=1, plugins=Plugins(autoload=False))
+                                            .incident.ranks)
+    assert sorted(read.path for read in incident.read) == [dump.name for dump in dumps]
+
+
+def test_prepare_runs_once_and_while_parsing(monkeypatch):
+    calls = []
+
+    class Counts:
+        @hookimpl
+        def forensics_prepare(self):
+            calls.append("prepare")
+
+    plugins = Plugins(autoload=False, extra=(Counts(),))
+    monkeypatch.setattr("forensics.ingest.PARALLEL_MIN", 2)
+    order = []
+    real_run = workers.run
+
+    def watched(*args, **kwargs):
+        order.append("workers forked")
+        return real_run(*args, **kwargs)
+
+    monkeypatch.setattr(workers, "run", watched)
+    forensics.analyze(FR_DUMPS, jobs=2, plugins=plugins)
+    assert calls == ["prepare"] and order == ["workers forked"]
+    forensics.analyze(FR_DUMPS, jobs=1, plugins=plugins)
+    assert calls == ["prepare"]  # prepared already
+
+
+def test_flight_recorder_run_imports_neither_lark_nor_yaml_parsers():
+    """Start-up decides how soon a Flight Recorder run reaches its workers:
+    a folder of dumps needs no grammar and no YAML parser (the shipped YAML
+    rules load while the workers parse, in the parent)."""
+    probe = (
+        "import sys, importlib.util\n"
+        "from forensics.plugins import Plugins\n"
+        "from forensics.ingest import discover\n"
+        "plugins = Plugins(autoload=False)\n"
+        f"discover([{str(FR_DUMPS)!r}], plugins)\n"
+        "loaded = lambda name: name in sys.modules and not isinstance(sys.modules[name], importlib.util._LazyModule)\n"
+        "print([name for name in ('lark', 'yaml', 'networkx', 'rich') if loaded(name)])\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.strip() == "[]"
