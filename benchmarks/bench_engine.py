@@ -36,7 +36,9 @@ t0 = time.perf_counter()
 from forensics import analyze
 from forensics.report.json_report import to_dict
 from forensics.plugins import Plugins
+from forensics.analysis import prepare
 plugins = Plugins(autoload=False)
+prepare(plugins)  # what the CLI does while files are parsed: import networkx, load the shipped rules
 t1 = time.perf_counter()
 report = analyze(sys.argv[1], plugins=plugins, jobs=1)
 t2 = time.perf_counter()

@@ -668,7 +668,9 @@ def _op_evidence(state: m.RankState):
     return state.evidence
 
 
-def match_rank(test: RankTest, state: m.RankState, capture: Capture) -> bool:
+def match_rank(test: RankTest, state: m.RankState, capture: Capture | None) -> bool:
+    """Whether `state` passes `test`; what the match rests on goes into
+    `capture` (None: only the answer is wanted)."""
     op = state.current_op
     if test.ranks and state.rank not in test.ranks:
         return False
@@ -687,6 +689,10 @@ def match_rank(test: RankTest, state: m.RankState, capture: Capture) -> bool:
         return False
     if test.why is not None and not _search(test.why, state.why):
         return False
+    if capture is None:
+        if not (test.frames or test.log is not None or test.negated is not None or test.any_of):
+            return True
+        capture = Capture()
     local = Capture()
     for frame_test in test.frames:
         if not _match_frame(frame_test, state, local):
@@ -696,7 +702,7 @@ def match_rank(test: RankTest, state: m.RankState, capture: Capture) -> bool:
         if line is None:
             return False
         local.add(line, log=line.text.strip(), log_at=line.cite())
-    if test.negated is not None and match_rank(test.negated, state, Capture()):
+    if test.negated is not None and match_rank(test.negated, state, None):
         return False
     if test.any_of:
         for branch in test.any_of:
@@ -740,15 +746,16 @@ def evaluate(rule: Rule, incident: m.Incident, analysis=None) -> list[Hit]:
         return []
     if rule.waited_on is not None and analysis is None:
         return []
-    states, by_blocked = _partition(incident)
+    index = _index(incident)
     # The rule's own test first: most rules match no rank or a handful, and
-    # then the others need not be looked at at all. A test on `blocked` only
-    # looks at that side (a hung job has 99,999 blocked ranks and one not).
+    # then the others need not be looked at at all. A test on `blocked`,
+    # `activity`, `op` or `rank` only looks at the ranks that have it (a hung
+    # job has 99,999 blocked ranks and one not; none of them in a barrier).
     # One scratch capture while ranks fail (100,000 of them, typically), a
     # fresh one once a rank matches or a partial match left something in it.
     candidates = []
     capture = Capture()
-    for state in (states if rule.test.blocked is None else by_blocked[rule.test.blocked]):
+    for state in index.candidates(rule.test):
         if not match_rank(rule.test, state, capture):
             if capture.evidence or capture.values:
                 capture = Capture()
@@ -762,15 +769,8 @@ def evaluate(rule: Rule, incident: m.Incident, analysis=None) -> list[Hit]:
         return []
     other_hits: set[int] = set()  # only who matched counts: their evidence is read again when cited
     if rule.others is not None:
-        scratch = Capture()
-        wanted = rule.others.test.blocked
-        for state in (states if wanted is None else by_blocked[wanted]):
-            if (not rule.others.live_only or not state.is_dead) and match_rank(rule.others.test, state, scratch):
-                other_hits.add(state.rank)
-            if scratch.evidence or scratch.values:
-                scratch.evidence.clear()
-                scratch.values.clear()
-    in_scope = {s.rank for s in states if rule.others is None or not rule.others.live_only or not s.is_dead}
+        other_hits = index.hits(rule.others.test, rule.others.live_only)
+    in_scope = index.scope(rule.others is not None and rule.others.live_only)
     hits = []
     for state, capture in candidates:
         others: list[int] = []
@@ -798,20 +798,95 @@ def evaluate(rule: Rule, incident: m.Incident, analysis=None) -> list[Hit]:
     return hits
 
 
-_PARTITIONS: dict = {}  # id(incident) → (incident, states in rank order, {blocked: [states]})
+_PARTITIONS: dict = {}  # id(incident) → its _Index
 
 
-def _partition(incident: m.Incident):
-    """Every rule of a run walks the same incident: sort and split it once."""
+class _Index:
+    """One incident's ranks in rank order, split by blocked state, and (built
+    on first use) by activity, by the name of the current call and by
+    whether they have log lines or frames: a rule that tests `activity:
+    data_loading`, `op: barrier` or a log line looks at the ranks that have
+    one, not at 100,000 that do not."""
+
+    def __init__(self, incident: m.Incident):
+        self.incident = incident
+        self.states = [incident.ranks[r] for r in sorted(incident.ranks)]
+        self.by_blocked: dict[bool, list] = {True: [], False: []}
+        for state in self.states:
+            self.by_blocked[state.is_blocked].append(state)
+        self._by_activity: dict | None = None
+        self._by_op: dict | None = None
+        self._hits: dict = {}
+
+    def by_activity(self) -> dict:
+        if self._by_activity is None:
+            self._by_activity = {}
+            for state in self.states:
+                self._by_activity.setdefault(state.activity, []).append(state)
+        return self._by_activity
+
+    def by_op(self) -> dict:
+        if self._by_op is None:
+            self._by_op = {}
+            for state in self.states:
+                op = state.current_op
+                self._by_op.setdefault(op.op if op is not None else None, []).append(state)
+        return self._by_op
+
+    def candidates(self, test: "RankTest") -> list:
+        """A superset of the ranks `test` can match, in rank order (each is
+        still tested in full)."""
+        options = [self.states if test.blocked is None else self.by_blocked[test.blocked]]
+        if test.ranks:
+            options.append([self.incident.ranks[r] for r in sorted(test.ranks) if r in self.incident.ranks])
+        if test.activities:
+            options.append(self._union(self.by_activity(), test.activities))
+        if test.ops and not test.ops & {"collective", "p2p"}:
+            options.append(self._union(self.by_op(), test.ops))
+        if test.log is not None:  # a log test needs log lines
+            options.append(self._having("logged", lambda s: s.log_events))
+        if test.frames:  # a frame test needs frames
+            options.append(self._having("framed", lambda s: s.threads or s.stack))
+        return min(options, key=len)
+
+    def _having(self, key: str, has) -> list:
+        found = self._hits.get(key)
+        if found is None:
+            found = self._hits[key] = [state for state in self.states if has(state)]
+        return found
+
+    def scope(self, live_only: bool) -> set[int]:
+        """Every rank, or every live one."""
+        key = ("scope", live_only)
+        found = self._hits.get(key)
+        if found is None:
+            found = self._hits[key] = {s.rank for s in self.states if not live_only or not s.is_dead}
+        return found
+
+    def hits(self, test: "RankTest", live_only: bool) -> set[int]:
+        """The ranks `test` matches (the live ones, when `live_only`): the
+        shipped rules share one `others` test, so it is run once."""
+        key = (test, live_only)
+        found = self._hits.get(key)
+        if found is None:
+            found = self._hits[key] = {state.rank for state in self.candidates(test)
+                                       if (not live_only or not state.is_dead) and match_rank(test, state, None)}
+        return found
+
+    @staticmethod
+    def _union(index: dict, keys) -> list:
+        found = [index.get(key, ()) for key in keys]
+        if sum(1 for f in found if f) <= 1:
+            return next((list(f) for f in found if f), [])
+        return sorted((s for f in found for s in f), key=lambda s: s.rank)
+
+
+def _index(incident: m.Incident) -> _Index:
     cached = _PARTITIONS.get(id(incident))
-    if cached is None or cached[0] is not incident:
-        states = [incident.ranks[r] for r in sorted(incident.ranks)]
-        by_blocked = {True: [], False: []}
-        for state in states:
-            by_blocked[state.is_blocked].append(state)
+    if cached is None or cached.incident is not incident:
         _PARTITIONS.clear()  # one incident at a time; the entry keeps it alive until the next
-        cached = _PARTITIONS[id(incident)] = (incident, states, by_blocked)
-    return cached[1], cached[2]
+        cached = _PARTITIONS[id(incident)] = _Index(incident)
+    return cached
 
 
 def _related(test: OthersTest, state: m.RankState, other: m.RankState, incident: m.Incident) -> bool:
