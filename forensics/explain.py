@@ -7,6 +7,8 @@ do next. Deterministic: the same report gives the same words.
 
 from __future__ import annotations
 
+import heapq
+
 from . import topology
 from .model import path_label
 from .rules._semantics import describe_op
@@ -225,29 +227,28 @@ def narrative(report, lang: str = "en") -> str:
 
 
 def _places(incident, ranks: list[int], zh: bool) -> list[str]:
-    """'ranks 0,1,3 in all_reduce group 0 seq 4', grouped, largest first."""
-    groups: dict[str, list[int]] = {}
-    described: dict[tuple, str] = {}  # 100,000 ranks in one call are described once
+    """'ranks 0,1,3 in all_reduce group 0 seq 4', grouped, largest first.
+    Only the places shown are described: a 100,000-rank ring has as many
+    places as ranks (each sends to its own peer)."""
+    groups: dict[tuple, list[int]] = {}
     for rank in ranks:
         state = incident.ranks.get(rank)
         if state is None:
             continue
         op = state.current_op
-        if state.is_blocked:
-            key = (op.op, op.group, op.seq, op.peers)
-            place = described.get(key)
-            if place is None:
-                place = described[key] = describe_op(op)
-        else:
-            place = state.activity
-        groups.setdefault(place, []).append(rank)
-    ordered = sorted(groups.items(), key=lambda item: (-len(item[1]), item[1][0]))
+        key = (op.op, op.group, op.seq, op.peers) if state.is_blocked else (state.activity,)
+        groups.setdefault(key, []).append(rank)
+    shown = heapq.nsmallest(MAX_PLACES, groups.items(), key=lambda item: (-len(item[1]), item[1][0]))
+    ordered = []
+    for key, members in shown:
+        place = key[0] if len(key) == 1 else describe_op(incident.ranks[members[0]].current_op)
+        ordered.append((place, members))
     if zh:
-        out = [f"Rank {compact(members)} 在 {place}" for place, members in ordered[:MAX_PLACES]]
+        out = [f"Rank {compact(members)} 在 {place}" for place, members in ordered]
     else:
         out = [f"rank{'s' if len(members) > 1 else ''} {compact(members)} in {place}"
-               for place, members in ordered[:MAX_PLACES]]
-    if len(ordered) > MAX_PLACES:
+               for place, members in ordered]
+    if len(groups) > MAX_PLACES:
         out.append("…")
     return out
 

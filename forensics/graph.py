@@ -83,7 +83,8 @@ def _is_virtual(node: Node) -> bool:
 
 
 def _waits_on_someone(graph: nx.DiGraph, node: Node) -> bool:
-    return any(not _is_virtual(s) or graph.out_degree(s) > 0 for s in graph.successors(node))
+    succ = graph.succ
+    return any(not _is_virtual(s) or len(succ[s]) > 0 for s in succ[node])
 
 
 def _node_key(node: Node):
@@ -250,7 +251,8 @@ def analyze_graph(graph: nx.DiGraph, incident: Incident) -> GraphAnalysis:
     progressed = reduce_graph(graph, dead)
     stuck = frozenset(n for n in graph.nodes if n not in progressed and n not in dead)
     witnesses = _witness_cycles(graph, set(stuck))
-    waiting = frozenset(n for n in graph.nodes if isinstance(n, int) and _waits_on_someone(graph, n))
+    waits = {n: _waits_on_someone(graph, n) for n in graph.nodes if isinstance(n, int)}
+    waiting = frozenset(n for n, yes in waits.items() if yes)
 
     # Walk forward from every waiting rank to find what everyone depends on.
     reach: set = set()
@@ -263,8 +265,7 @@ def analyze_graph(graph: nx.DiGraph, incident: Incident) -> GraphAnalysis:
                 reach.add(succ)
                 queue.append(succ)
     dead_awaited = sorted(n for n in reach if n in dead)
-    sink_nodes = [n for n in reach
-                  if isinstance(n, int) and n not in dead and not _waits_on_someone(graph, n)]
+    sink_nodes = [n for n in reach if isinstance(n, int) and n not in dead and not waits[n]]
     targets = sink_nodes + dead_awaited
     # Exact transitive counts are a BFS each: affordable for the handful of
     # culprits a real hang has; thousands of sinks get direct-waiter counts.
