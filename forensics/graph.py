@@ -161,12 +161,12 @@ def reduce_graph(graph: nx.DiGraph, dead: set) -> set:
 
 def _witness_cycles(graph: nx.DiGraph, stuck: set) -> list[tuple[list[Node], frozenset]]:
     """One shortest cycle per strongly connected knot, from its smallest rank."""
+    import networkx as nx
+
     # A subgraph *view* filters every lookup; a plain copy is much faster to
     # walk, and when everything is stuck the graph itself will do.
     sub = graph if len(stuck) == graph.number_of_nodes() else graph.subgraph(stuck).copy()
     cycles = []
-    import networkx as nx
-
     for component in nx.strongly_connected_components(sub):
         if len(component) == 1:
             (only,) = component

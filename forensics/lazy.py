@@ -1,7 +1,7 @@
 """Modules imported on first use.
 
-`yaml = lazy.module("yaml")` binds a module whose code runs the first time
-one of its attributes is read (the standard library's `LazyLoader`). A run
+`lazy.yaml` and `lazy.lark` are modules whose code runs the first time one
+of their attributes is read (the standard library's `LazyLoader`). A run
 that never reads a YAML file or a log line lark has to parse does not pay
 for importing them: about 40 ms of a start-up that decides how soon a
 Flight Recorder-only run can hand its files to the workers.

@@ -28,7 +28,7 @@ def grammar_text(name: str) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def parser(name: str, start: str = "start", callbacks: type | None = None, inline: bool = False) -> "lazy.lark.Lark":
+def parser(name: str, start: str = "start", callbacks: type | None = None, inline: bool = False):
     """A cached LALR parser for grammars/<name>.lark.
 
     `callbacks`: a plain class whose methods are named after grammar rules;
@@ -40,8 +40,8 @@ def parser(name: str, start: str = "start", callbacks: type | None = None, inlin
     """
     transformer = _transformer(callbacks, inline)() if callbacks is not None else None
     return lazy.lark.Lark(grammar_text(name), parser="lalr", lexer="contextual", start=start,
-                     transformer=transformer, propagate_positions=False,
-                     maybe_placeholders=False, cache=transformer is None)
+                          transformer=transformer, propagate_positions=False,
+                          maybe_placeholders=False, cache=transformer is None)
 
 
 @functools.lru_cache(maxsize=None)
