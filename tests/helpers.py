@@ -21,3 +21,30 @@ def incident_of(states, groups=None, hung=False):
 
 def report_of(states, groups=None, hung=False, plugins=None):
     return analyze_incident(incident_of(states, groups, hung), plugins or Plugins(autoload=False))
+
+
+def mutate_lines(lines, mutations, inserts):
+    """A copy of `lines` (bytes) after fuzz `mutations`, each `(kind, where,
+    *arg)`: delete, duplicate, truncate to arg bytes, insert arg bytes, glue
+    another line on, prefix arg; any other kind inserts `inserts[kind]`.
+    Never empty."""
+    lines = list(lines)
+    for kind, where, *rest in mutations:
+        i = where % len(lines)
+        if kind == "delete":
+            del lines[i]
+        elif kind == "duplicate":
+            lines.insert(i, lines[i])
+        elif kind == "truncate":
+            lines[i] = lines[i][:rest[0]]
+        elif kind == "bytes":
+            lines.insert(i, rest[0])
+        elif kind == "glue":
+            lines[i] = lines[i] + lines[rest[0] % len(lines)]
+        elif kind == "prefix":
+            lines[i] = rest[0] + lines[i]
+        else:
+            lines.insert(i, inserts[kind])
+        if not lines:
+            lines = [b""]
+    return lines

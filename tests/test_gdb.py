@@ -16,6 +16,7 @@ from forensics.ingest.textio import InputError, read_head
 from forensics.model import Artifact, Diagnostic, Evidence, Frame, ProcessDump, ThreadStack
 
 from conftest import CORPUS, SAMPLES
+from helpers import mutate_lines
 
 FIXTURES = Path(__file__).parent / "fixtures" / "gdb"
 P2P = SAMPLES / "p2p_cycle_2" / "rank0.gdb.txt"
@@ -456,6 +457,7 @@ _MUTATION = st.one_of(
     st.tuples(st.just("bytes"), st.integers(0, 10_000), st.binary(min_size=1, max_size=200)),
     st.tuples(st.just("huge"), st.integers(0, 10_000)),
 )
+_INSERTS = {"huge": b"#1  0x00 in " + b"f" * 10_000_000}
 
 
 @pytest.mark.skipif(not REAL_DUMPS, reason="no real dumps")
@@ -464,21 +466,7 @@ _MUTATION = st.one_of(
        cut=st.none() | st.integers(0, 20_000))
 def test_fuzzed_real_dumps_never_crash(which, mutations, cut):
     path = REAL_DUMPS[which % len(REAL_DUMPS)]
-    lines = list(_source_lines(path))
-    for kind, where, *rest in mutations:
-        i = where % len(lines)
-        if kind == "delete":
-            del lines[i]
-        elif kind == "duplicate":
-            lines.insert(i, lines[i])
-        elif kind == "truncate":
-            lines[i] = lines[i][:rest[0]]
-        elif kind == "bytes":
-            lines.insert(i, rest[0])
-        else:
-            lines.insert(i, b"#1  0x00 in " + b"f" * 10_000_000)
-        if not lines:
-            lines = [b""]
+    lines = mutate_lines(_source_lines(path), mutations, _INSERTS)
     data = b"\n".join(lines)
     if cut is not None:
         data = data[:cut]

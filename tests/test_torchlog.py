@@ -18,6 +18,7 @@ from forensics.model import (Artifact, CommOp, Diagnostic, Evidence, GroupProgre
                              ProcessRecord, StuckSignal)
 
 from conftest import CORPUS, SAMPLES
+from helpers import mutate_lines
 
 FIXTURES = Path(__file__).parent / "fixtures" / "torchlog"
 DETAIL = SAMPLES / "collective_mismatch_detail"
@@ -663,6 +664,8 @@ _MUTATION = st.one_of(
     st.tuples(st.just("huge"), st.integers(0, 10_000)),
     st.tuples(st.just("repeat"), st.integers(0, 10_000)),
 )
+_INSERTS = {"huge": b"[rank0]:[E1129 12:00:01.000000002 ProcessGroupNCCL.cpp:632] " + b"(" * 70_000,
+            "repeat": b"x[rank0]:" * 5000}
 
 
 @pytest.mark.skipif(not _SOURCES, reason="no logs")
@@ -671,27 +674,7 @@ _MUTATION = st.one_of(
        cut=st.none() | st.integers(0, 40_000), compress=st.booleans())
 def test_fuzzed_logs_never_crash(which, mutations, cut, compress):
     path = _SOURCES[which % len(_SOURCES)]
-    lines_ = list(_source_lines(path))
-    for kind, where, *rest in mutations:
-        i = where % len(lines_)
-        if kind == "delete":
-            del lines_[i]
-        elif kind == "duplicate":
-            lines_.insert(i, lines_[i])
-        elif kind == "truncate":
-            lines_[i] = lines_[i][:rest[0]]
-        elif kind == "bytes":
-            lines_.insert(i, rest[0])
-        elif kind == "glue":
-            lines_[i] = lines_[i] + lines_[rest[0] % len(lines_)]
-        elif kind == "prefix":
-            lines_[i] = rest[0] + lines_[i]
-        elif kind == "huge":
-            lines_.insert(i, b"[rank0]:[E1129 12:00:01.000000002 ProcessGroupNCCL.cpp:632] " + b"(" * 70_000)
-        else:
-            lines_.insert(i, b"x[rank0]:" * 5000)
-        if not lines_:
-            lines_ = [b""]
+    lines_ = mutate_lines(_source_lines(path), mutations, _INSERTS)
     data = b"\n".join(lines_)
     if cut is not None:
         data = data[:cut]
