@@ -208,6 +208,22 @@ def _shortest_cycle(graph, start, component) -> list[Node]:
     return []
 
 
+def waiters(graph: nx.DiGraph, targets) -> set:
+    """Every node that waits on one of `targets`, directly or through others
+    (the targets themselves only if they wait on each other)."""
+    starts = [t for t in targets if t in graph]
+    seen = set(starts)
+    found: set = set()
+    queue = deque(starts)
+    while queue:
+        for pred in graph.predecessors(queue.popleft()):
+            if pred not in seen:
+                seen.add(pred)
+                found.add(pred)
+                queue.append(pred)
+    return found
+
+
 def _count_waiters(graph: nx.DiGraph, target: Node, memo: dict | None = None) -> int:
     """How many rank nodes transitively wait on `target`.
 
@@ -216,17 +232,7 @@ def _count_waiters(graph: nx.DiGraph, target: Node, memo: dict | None = None) ->
     preds = frozenset(graph.predecessors(target))
     if memo is not None and preds in memo:
         return memo[preds]
-    seen = {target}
-    queue = deque([target])
-    count = 0
-    while queue:
-        node = queue.popleft()
-        for pred in graph.predecessors(node):
-            if pred not in seen:
-                seen.add(pred)
-                queue.append(pred)
-                if isinstance(pred, int):
-                    count += 1
+    count = sum(1 for node in waiters(graph, (target,)) if isinstance(node, int))
     if memo is not None:
         memo[preds] = count
     return count

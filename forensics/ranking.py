@@ -23,9 +23,9 @@ sends the on-call engineer after the echoes. So findings are ordered:
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import replace
 
+from .graph import waiters
 from .model import Finding, node_rank
 
 VERDICT_OF_KIND = {
@@ -89,12 +89,4 @@ def _waiting_on(graph, ranks: set[int]) -> set[int]:
     """Ranks that wait, directly or through others, on any of `ranks`."""
     if graph is None or not ranks:
         return set()
-    seen = {r for r in ranks if r in graph}
-    queue = deque(seen)
-    while queue:
-        node = queue.popleft()
-        for waiter in graph.predecessors(node):
-            if waiter not in seen:
-                seen.add(waiter)
-                queue.append(waiter)
-    return {r for r in map(node_rank, seen) if r is not None} - ranks
+    return {r for r in map(node_rank, waiters(graph, ranks)) if r is not None} - ranks
