@@ -54,6 +54,16 @@ def write_roles(folder, scenario, world, entries, assignment, groups=("0",)):
     return folder
 
 
+def write_odd_one(folder, world, items, status, odd_rank, odd):
+    """Dumps of one group "0" in which every rank holds `items` but
+    `odd_rank`, which holds `odd`."""
+    folder.mkdir()
+    for rank in range(world):
+        data = gen_fr_dumps.dump(odd if rank == odd_rank else items, status, world, ("0",), False)
+        (folder / f"nccl_trace_rank_{rank}").write_bytes(data)
+    return folder
+
+
 # ---------------------------------------------------------------- a rank that left the loop early
 
 @pytest.mark.parametrize("form", ["fr", "fr_json"])
@@ -199,12 +209,7 @@ def test_type_size_and_dtype_every_class_every_position(tmp_path):
     odd[34]["input_dtypes"] = ["BFloat16"]
     odd[39]["profiling_name"] = "nccl:broadcast"
     status = {"0": {"last_enqueued_collective": 40, "last_started_collective": 40, "last_completed_collective": 39}}
-    folder = tmp_path / "classes"
-    folder.mkdir()
-    for rank in range(4):
-        data = gen_fr_dumps.dump(odd if rank == 2 else items, status, 4, ("0",), False)
-        (folder / f"nccl_trace_rank_{rank}").write_bytes(data)
-    report = analyze(folder)
+    report = analyze(write_odd_one(tmp_path / "classes", 4, items, status, 2, odd))
     # type, dtype and size across ranks, and rank 2's own all_reduce reading [8, 8] into [4096, 1024]
     assert len(by_rule(report)["collective-mismatch"]) == 4
     messages = " | ".join(f.message for f in by_rule(report)["collective-mismatch"])
@@ -305,12 +310,7 @@ def test_size_and_syntax_mismatches_as_the_official_analyzer_checks_them(tmp_pat
     items[11] = dict(items[11], output_sizes=[[4096, 1024]])
     odd[11] = dict(items[11], output_sizes=[[1024, 1024]])   # rank 3 writes a different shape
     status = {"0": {"last_enqueued_collective": 12, "last_started_collective": 12, "last_completed_collective": 12}}
-    folder = tmp_path / "syntax"
-    folder.mkdir()
-    for rank in range(4):
-        data = gen_fr_dumps.dump(odd if rank == 3 else items, status, 4, ("0",), False)
-        (folder / f"nccl_trace_rank_{rank}").write_bytes(data)
-    report = analyze(folder)
+    report = analyze(write_odd_one(tmp_path / "syntax", 4, items, status, 3, odd))
     messages = " | ".join(f.message for f in by_rule(report)["collective-mismatch"])
     assert "position 10: ranks 0-2 call output sizes [[1024]]; rank 3 calls output sizes [[512]]" in messages
     assert "rank 3 all_gather at position 10: its output holds 512 elements, not input 256 × group size 4" in messages
