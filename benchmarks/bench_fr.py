@@ -310,38 +310,33 @@ def scale(world: int, scenarios, args, work: str, rows: list) -> None:
 def extras(world: int, args, work: str) -> None:
     """File names users have, JSON dumps: what each tool does with them."""
     print(f"\n== extra cases at {world} ranks (scenario missing, culprit {args.culprit})")
-    folder = os.path.join(work, f"mixed_names_{world}")
-    shutil.rmtree(folder, ignore_errors=True)
 
     def mixed(rank: int) -> str:
         names = (f"nccl_trace_rank_{rank}", f"host{rank // 8:02d}_nccl_trace_rank_{rank}", f"fr_dump.{rank}")
         return names[rank % 3]
 
-    gen_fr_dumps.write(folder, "missing", world, args.entries, args.culprit, names=mixed)
-    print(f"-- mixed file names: nccl_trace_rank_0, host00_nccl_trace_rank_1, fr_dump.2, ...")
+    side_by_side(world, args, work, "mixed_names", "mixed file names: nccl_trace_rank_0, host00_nccl_trace_rank_1, "
+                 "fr_dump.2, ...", (("nccl_trace_rank_", ()), (None, ()),
+                                    ("nccl_trace_rank_", ("--allow-incomplete-ranks",))), names=mixed)
+    side_by_side(world, args, work, "json", "JSON dumps (_dump_fr_trace_json shape): rank0.fr.json ...",
+                 (("rank", ()), (None, ())), json_form=True)
+
+
+def side_by_side(world: int, args, work: str, name: str, title: str, tries, **shape) -> None:
+    """Missing-rank dumps written as `shape` says, read by forensics and by
+    the analyzer with each (prefix, extra arguments) of `tries`."""
+    folder = os.path.join(work, f"{name}_{world}")
+    shutil.rmtree(folder, ignore_errors=True)
+    gen_fr_dumps.write(folder, "missing", world, args.entries, args.culprit, **shape)
+    print(f"-- {title}")
     command, how = forensics_command(folder)
     result = run(command, args.ours_timeout, args.mem_gb, cwd=REPO, env=args.env)
     show("forensics", result, ours(result), how)
     if not args.no_analyzer:
-        tries = (("nccl_trace_rank_", ()), (None, ()), ("nccl_trace_rank_", ("--allow-incomplete-ranks",)))
         for prefix, extra in tries:
             command = analyzer_command(folder, prefix, extra)
             result = run(command, args.timeout, args.mem_gb)
             show("fr_trace", result, analyzer(result), " ".join(analyzer_command("DIR", prefix, extra)))
-    shutil.rmtree(folder, ignore_errors=True)
-
-    folder = os.path.join(work, f"json_{world}")
-    shutil.rmtree(folder, ignore_errors=True)
-    gen_fr_dumps.write(folder, "missing", world, args.entries, args.culprit, json_form=True)
-    print(f"-- JSON dumps (_dump_fr_trace_json shape): rank0.fr.json ...")
-    command, how = forensics_command(folder)
-    result = run(command, args.ours_timeout, args.mem_gb, cwd=REPO, env=args.env)
-    show("forensics", result, ours(result), how)
-    if not args.no_analyzer:
-        for prefix in ("rank", None):
-            command = analyzer_command(folder, prefix)
-            result = run(command, args.timeout, args.mem_gb)
-            show("fr_trace", result, analyzer(result), " ".join(analyzer_command("DIR", prefix)))
     shutil.rmtree(folder, ignore_errors=True)
 
 
