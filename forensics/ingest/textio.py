@@ -79,11 +79,43 @@ def read_head(path: str, size: int = HEAD_BYTES) -> bytes:
 
 
 def read_bytes(path: str, limit: int | None = None) -> bytes:
+    """The file's bytes (decompressed), at most `limit` of them."""
     try:
         with open_binary(path) as handle:
-            return handle.read(limit if limit is not None else -1)
+            return handle.read() if limit is None else read_at_most(handle, limit)
     except STREAM_ERRORS as exc:
         raise InputError(path, f"cannot read: {_reason(exc)}") from None
+
+
+_STEP = 1 << 20
+
+
+def read_at_most(handle, limit: int) -> bytes:
+    """Up to `limit` bytes from `handle`, in reads sized by what is there.
+
+    `read(limit)` allocates `limit` bytes before it reads one: with the
+    512 MiB cap of a pickle that is a mapping made and given back for every
+    file, 0.26 ms against 0.03 ms for the read itself of a 330 KB Flight
+    Recorder dump. A plain file's size is known, so its first read takes it
+    all (one byte more finds the end, or a file still growing); a
+    decompressing stream is read in steps that double. `handle` is what
+    `open_binary` returns: a buffered reader, whose short read is the end."""
+    try:
+        size = os.fstat(handle.fileno()).st_size
+    except (OSError, AttributeError, io.UnsupportedOperation):
+        size = 0
+    step = size + 1 if size else _STEP
+    parts = []
+    left = limit
+    while left > 0:
+        want = min(step, left)
+        chunk = handle.read(want)
+        parts.append(chunk)
+        left -= len(chunk)
+        if len(chunk) < want:  # a buffered reader returns less only at the end
+            break
+        step = max(_STEP, 2 * want)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def read_text(path: str, limit: int | None = None) -> str:
