@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import os
-from importlib.metadata import entry_points
+import re
+import sys
 
 import pluggy
 
@@ -72,6 +74,10 @@ class Plugins:
                 f"plugin not registered: {exc}", "error"))
 
     def _load_entry_points(self) -> None:
+        if not may_declare_entry_points(hookspecs.PROJECT):
+            return
+        from importlib.metadata import entry_points
+
         for ep in entry_points(group=hookspecs.PROJECT):
             try:
                 plugin = ep.load()
@@ -136,3 +142,42 @@ class Plugins:
         if self.extra:
             return None
         return (self.autoload, self.builtins)
+
+
+def may_declare_entry_points(group: str) -> bool:
+    """False only when no installed distribution can declare `group`.
+
+    `importlib.metadata` (and the email parser under it) costs ~25 ms to
+    import, a tenth of a small run, and most installs have no third-party
+    plugin. So first a look at what it would look at: each directory on
+    `sys.path`, its `*.dist-info` / `*.egg-info` folders and their
+    `entry_points.txt`. Anything this look cannot see through (a zip or
+    an egg on the path, a finder of its own that lists distributions)
+    answers True, and `importlib.metadata` decides."""
+    for finder in sys.meta_path:
+        if finder is not importlib.machinery.PathFinder and hasattr(finder, "find_distributions"):
+            return True
+    header = re.compile(rf"^[ \t]*\[[ \t]*{re.escape(group)}[ \t]*\]", re.MULTILINE)
+    for entry in sys.path:
+        folder = entry or "."
+        try:
+            names = os.listdir(folder)
+        except NotADirectoryError:
+            return True
+        except OSError:
+            continue
+        for name in names:
+            lower = name.lower()
+            if lower.endswith(".egg"):
+                return True
+            if not lower.endswith((".dist-info", ".egg-info")):
+                continue
+            try:
+                with open(os.path.join(folder, name, "entry_points.txt"), encoding="utf-8",
+                          errors="replace") as handle:
+                    text = handle.read()
+            except OSError:  # none, or an egg-info that is a file
+                continue
+            if header.search(text):
+                return True
+    return False

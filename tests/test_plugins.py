@@ -1,6 +1,7 @@
 """Plugins go through the same hooks as the built-ins, and a broken one is a diagnostic."""
 
 import json
+import sys
 import textwrap
 
 from forensics import hookimpl
@@ -128,3 +129,28 @@ def test_a_team_parser_can_claim_a_new_kind(tmp_path):
     report = analyze(tmp_path, plugins=Plugins(autoload=False, extra=(CsvParser(),)))
     assert report.verdict == "deadlock"
     assert report.findings[0].evidence[0].cite() == "ours.csv:2"
+
+
+def test_entry_point_prefilter_sees_what_importlib_metadata_would(tmp_path, monkeypatch):
+    from forensics.plugins import may_declare_entry_points
+
+    site = tmp_path / "site"
+    site.mkdir()
+    other = site / "other_tool-2.0.dist-info"
+    other.mkdir()
+    (other / "entry_points.txt").write_text("[console_scripts]\nother = other_tool:main\n")
+    (site / "old_style.egg-info").write_text("Metadata-Version: 1.0\n")  # a file, not a folder
+    monkeypatch.setattr(sys, "path", [str(site), str(tmp_path / "gone")])
+    assert not may_declare_entry_points("forensics")
+    assert may_declare_entry_points("console_scripts")
+    _install_fake_dist(site, PLUGIN_SOURCE)  # declares [forensics]
+    assert may_declare_entry_points("forensics")
+    (site / "team_plugin-1.0.dist-info" / "entry_points.txt").write_text(" [ forensics ]\nteam = team_plugin\n")
+    assert may_declare_entry_points("forensics")
+    (site / "team_plugin-1.0.dist-info" / "entry_points.txt").write_text("[forensics_extra]\nteam = x\n")
+    assert not may_declare_entry_points("forensics")
+    zipped = tmp_path / "plugins.zip"
+    zipped.write_bytes(b"PK\x05\x06" + bytes(18))  # an empty zip archive on the path: importlib decides
+    monkeypatch.setattr(sys, "path", [str(site), str(zipped)])
+    assert may_declare_entry_points("forensics")
+
