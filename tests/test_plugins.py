@@ -154,3 +154,19 @@ def test_entry_point_prefilter_sees_what_importlib_metadata_would(tmp_path, monk
     monkeypatch.setattr(sys, "path", [str(site), str(zipped)])
     assert may_declare_entry_points("forensics")
 
+
+def test_the_command_still_runs_plugins_atexit_handlers(run_cli, tmp_path):
+    """`forensics` ends with os._exit to skip the interpreter's teardown;
+    what plugins registered with atexit runs first all the same."""
+    site = tmp_path / "site"
+    site.mkdir()
+    marker = tmp_path / "flushed.txt"
+    _install_fake_dist(site, PLUGIN_SOURCE + f"""
+    import atexit
+
+    atexit.register(lambda: open({str(marker)!r}, "w").write("team log flushed"))
+    """)
+    env = {"PYTHONPATH": str(site), "FORENSICS_DISABLE_PLUGIN_AUTOLOAD": ""}
+    result = run_cli("analyze", CORPUS / "seed_healthy_chain", "-f", "json", env=env)
+    assert result.returncode == 1 and json.loads(result.stdout)["verdict"] == "deadlock"
+    assert marker.read_text() == "team log flushed"
