@@ -36,14 +36,66 @@ def test_workers_give_the_report_one_process_gives(incident, monkeypatch):
     assert _json(parallel) == _json(serial)
 
 
-def test_shares_balance_cost_and_keep_file_order():
-    costs = [100, 1, 1, 1, 50, 50, 1]
-    shares = workers.shares(costs, 2)
-    assert sorted(i for share in shares for i in share) == list(range(len(costs)))
-    loads = [sum(costs[i] for i in share) for share in shares]
-    assert max(loads) <= 104
-    assert all(share == sorted(share) for share in shares)
-    assert workers.shares([5], 4) == [[0]]  # no idle workers forked
+def test_tasks_go_out_costliest_first():
+    assert workers.order([100, 1, 7, 1, 50, 50, 1]) == [0, 4, 5, 2, 1, 3, 6]
+
+
+def _run(tasks, costs, work, jobs=2):
+    results, died = {}, {}
+
+    def on_result(index, result):
+        assert index not in results, f"task {index} answered twice"
+        results[index] = result
+
+    def on_died(index, how):
+        died[index] = how
+        return ("died", how)
+
+    workers.run(tasks, costs, work, jobs, on_result, on_died)
+    return results, died
+
+
+def test_a_slow_task_does_not_hold_back_the_others():
+    """Workers pull tasks: while one is on a slow file, the other takes all
+    the rest (a fixed share by size gave the slow one some of them too)."""
+    import time
+
+    def work(task):
+        if task == "slow":
+            time.sleep(1.0)
+        return os.getpid()
+
+    tasks = ["slow"] + ["quick"] * 12
+    results, died = _run(tasks, [100] + [10] * 12, work)
+    assert died == {} and sorted(results) == list(range(13))
+    slow_pid = results[0]
+    assert slow_pid != os.getpid()
+    assert [i for i, pid in results.items() if pid == slow_pid] == [0]
+
+
+def test_tasks_no_worker_took_run_in_the_parent():
+    """Both workers die on the first task each takes; the two tasks they
+    died on are reported, and the tasks still queued run in the parent."""
+    parent = os.getpid()
+
+    def work(task):
+        if task == "poison" and os.getpid() != parent:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return os.getpid()
+
+    tasks = ["poison", "poison"] + ["quick"] * 5
+    results, died = _run(tasks, [9, 9] + [1] * 5, work)
+    assert died == {0: "was killed by SIGKILL", 1: "was killed by SIGKILL"}
+    assert {i: results[i] for i in range(2, 7)} == dict.fromkeys(range(2, 7), parent)
+
+
+def test_more_tasks_than_the_pipe_holds(monkeypatch):
+    """Past what the task pipe holds, a thread hands out the rest; every task
+    is answered once."""
+    monkeypatch.setattr(workers, "_fit", lambda fd, size: None)  # keep the 64 KiB default pipe
+    n = 20_000  # 80 KB of task records
+    results, died = _run(list(range(n)), [1] * n, lambda task: task * 2)
+    assert died == {} and results == {i: 2 * i for i in range(n)}
 
 
 class KillsItsProcess:
@@ -65,14 +117,14 @@ def test_a_worker_that_dies_costs_only_its_file(tmp_path, monkeypatch):
     dumps = sorted(FR_DUMPS.iterdir())
     for dump in dumps:
         (tmp_path / dump.name).write_bytes(dump.read_bytes())
-    (tmp_path / "0_poison").write_text("anything\n")  # first in its worker's share: dumps queue behind it
+    (tmp_path / "0_poison").write_text("anything\n")
     monkeypatch.setattr("forensics.ingest.PARALLEL_MIN", 2)
     plugins = Plugins(autoload=False, extra=(KillsItsProcess(),))
     incident = load_incident([str(tmp_path)], plugins, jobs=2)
     errors = [d for d in incident.diagnostics if d.severity == "error"]
     assert [(d.path, d.message) for d in errors] == [
         ("0_poison", "the worker process parsing this file was killed by SIGKILL: file not read")]
-    # Every dump was read, including those queued behind the poison in its worker's share.
+    # Every dump was read, whichever worker took it.
     assert sorted(incident.ranks) == sorted(forensics.analyze(FR_DUMPS, jobs=1, plugins=Plugins(autoload=False))
                                             .incident.ranks)
     assert sorted(read.path for read in incident.read) == [dump.name for dump in dumps]

@@ -4,30 +4,52 @@ A worker forked from the parent already holds every module and plugin the
 parent loaded, so it starts at once: no interpreter start, no imports, no
 second plugin manager (a process pool's initializer cost about 0.1 s of
 CPU per worker before it read one file, as much as parsing 10 Flight
-Recorder dumps). Each worker gets a fixed share of the tasks, balanced by
-their cost (file size), sends back one result per task as soon as it has
-it, and leaves with `os._exit`: its copy of the parent's heap is never torn
-down object by object.
+Recorder dumps). It leaves with `os._exit`: its copy of the parent's heap
+is never torn down object by object.
 
-While the workers parse, the parent runs `meanwhile` (the CLI imports the
-graph library and loads the shipped rules there), so that start-up work
-and parsing share the CPUs instead of taking turns.
+The workers pull their tasks from one pipe, costliest (largest file)
+first, each as soon as it is free. A fixed share per worker, balanced by
+file size, still left one worker idle for up to a tenth of a 64-dump run:
+the same bytes do not take the same time, and the parent's own start-up
+work competes with one of the workers more than with the other. Pulling
+balances what sizes cannot predict. A task index is 4 bytes, written and
+read whole (a pipe read or write of at most PIPE_BUF bytes is atomic), so
+two workers never take the same task.
 
-A worker that dies (a signal, the OOM killer) costs only the task it was
-on: that task gets an error naming the file and the signal, the rest of
-its share is parsed in the parent. Results travel as pickles between two
-copies of this program; no input is ever unpickled here.
+Each worker says which task it starts before it works on it and sends its
+result as soon as it has it. While the workers parse, the parent runs
+`meanwhile` (the CLI imports the graph library and loads the shipped rules
+there), so that start-up work and parsing share the CPUs instead of taking
+turns.
+
+A worker that dies (a signal, the OOM killer) costs only the task it had
+started: that task gets an error naming the file and the signal, the other
+workers go on taking tasks, and whatever no worker took is parsed in the
+parent. Results travel as pickles between two copies of this program; no
+input is ever unpickled here.
 """
 
 from __future__ import annotations
 
 import os
 import pickle
+import select
 import selectors
 import signal
 import sys
+import threading
 
-_HEADER = 8  # little-endian length of each frame
+try:
+    import fcntl
+except ImportError:  # no fork there either: `available()` is False
+    fcntl = None
+
+_TASK = 4          # bytes of a task index in the task pipe, little-endian
+_HEADER = 12       # each frame from a worker: task index (4) and result size (8)
+_STARTED = 0       # a frame of this size: the worker started the task (a result is never empty)
+# Writes of at most PIPE_BUF bytes are atomic, blocking or not: whole task
+# records always (POSIX guarantees 512; Linux has 4096).
+_PIPE_WRITE = max(_TASK, (getattr(select, "PIPE_BUF", 512) // _TASK) * _TASK)
 
 
 def available() -> bool:
@@ -35,98 +57,171 @@ def available() -> bool:
     return hasattr(os, "fork") and sys.platform != "win32"
 
 
-def shares(costs: list[int], jobs: int) -> list[list[int]]:
-    """Task indices per worker: costliest first, each to the least loaded
-    worker (longest-processing-time first), then each share in task order
-    so a worker reads files in the order they were found."""
-    loads = [0] * jobs
-    out: list[list[int]] = [[] for _ in range(jobs)]
-    for index in sorted(range(len(costs)), key=lambda i: -costs[i]):
-        worker = min(range(jobs), key=loads.__getitem__)
-        out[worker].append(index)
-        loads[worker] += costs[index] + 1
-    return [sorted(share) for share in out if share]
+def order(costs: list[int]) -> list[int]:
+    """The order tasks are handed out: costliest first (a big file started
+    last would keep one worker busy while the others idle), ties in task
+    order."""
+    return sorted(range(len(costs)), key=lambda i: -costs[i])
 
 
 def run(tasks: list, costs: list[int], work, jobs: int, on_result, on_died, meanwhile=None) -> None:
-    """`work(task)` for every task in `jobs` forked workers; `on_result(index,
-    result)` in the parent as each result arrives. For a task whose worker
-    died on it, `on_died(index, how)` gives the result; the rest of that
-    worker's share runs here. `meanwhile()` runs in the parent while the
-    workers parse."""
-    children: dict[int, tuple[int, list[int]]] = {}  # read fd -> (pid, share)
+    """`work(task)` for every task in up to `jobs` forked workers;
+    `on_result(index, result)` in the parent as each result arrives. For a
+    task whose worker died on it, `on_died(index, how)` gives the result;
+    tasks no worker took run here. `meanwhile()` runs in the parent while
+    the workers parse."""
+    queue = order(costs)
+    records = b"".join(index.to_bytes(_TASK, "little") for index in queue)
+    task_read, task_write = os.pipe()
+    _fit(task_write, len(records))
+    os.set_blocking(task_write, False)
+    written = _write_some(task_write, records)
+    children: dict[int, int] = {}  # result read fd -> worker pid
+    feeder = None
     try:
-        for share in shares(costs, jobs):
+        for _ in range(min(jobs, len(tasks))):
             read_fd, write_fd = os.pipe()
             pid = os.fork()
             if pid == 0:  # the worker: never returns
                 os.close(read_fd)
-                _child(write_fd, tasks, share, work)
+                os.close(task_write)
+                for other in children:
+                    os.close(other)
+                _child(task_read, write_fd, tasks, work)
             os.close(write_fd)
-            children[read_fd] = (pid, share)
+            children[read_fd] = pid
+        os.close(task_read)
+        task_read = -1
+        if written < len(records):  # more tasks than the pipe holds: a thread hands out the rest
+            feeder = threading.Thread(target=_feed, args=(task_write, records, written), daemon=True)
+            feeder.start()
+        else:
+            os.close(task_write)
+        task_write = -1
         if meanwhile is not None:
             meanwhile()
-        answered = _collect(list(children), on_result)
-        while children:
-            read_fd, (pid, share) = children.popitem()
-            os.close(read_fd)
-            how = _reap(pid)
-            missing = [i for i in share if i not in answered]
-            if missing:
-                on_result(missing[0], on_died(missing[0], how))
-                for index in missing[1:]:
-                    on_result(index, work(tasks[index]))
+        answered, died = _collect(children, on_result)
+        for index, how in died:
+            answered.add(index)
+            on_result(index, on_died(index, how))
+        for index in queue:  # left in the pipe when every worker had died
+            if index not in answered:
+                on_result(index, work(tasks[index]))
     finally:
-        for read_fd, (pid, _) in children.items():  # interrupted: end our own workers
+        for read_fd, pid in children.items():  # interrupted: end our own workers
             try:
                 os.kill(pid, signal.SIGTERM)
             except OSError:
                 pass
             _reap(pid)
             os.close(read_fd)
+        for fd in (task_read, task_write):
+            if fd >= 0:
+                os.close(fd)
+        if feeder is not None:
+            feeder.join()
 
 
-def _child(write_fd: int, tasks: list, share: list[int], work) -> None:
+def _fit(fd: int, size: int) -> None:
+    """Grow the task pipe to hold every task where Linux allows it (up to
+    /proc/sys/fs/pipe-max-size, 1 MiB by default: 262,144 tasks)."""
+    setter = getattr(fcntl, "F_SETPIPE_SZ", None) if fcntl is not None else None
+    if setter is None or size <= 1 << 16:
+        return
+    try:
+        fcntl.fcntl(fd, setter, min(size, 1 << 20))
+    except OSError:
+        pass
+
+
+def _write_some(fd: int, data: bytes) -> int:
+    """Write what fits now, in atomic pieces of whole records; how many
+    bytes went in."""
+    done = 0
+    while done < len(data):
+        try:
+            done += os.write(fd, data[done:done + _PIPE_WRITE])
+        except BlockingIOError:
+            break
+    return done
+
+
+def _feed(fd: int, data: bytes, done: int) -> None:
+    """The rest of the task records, as the workers make room; stops when
+    no worker is left to read them (the parent then runs what is left)."""
+    os.set_blocking(fd, True)
+    try:
+        while done < len(data):
+            done += os.write(fd, data[done:done + _PIPE_WRITE])
+    except OSError:  # EPIPE: every worker is gone
+        pass
+    finally:
+        os.close(fd)
+
+
+def _child(task_fd: int, write_fd: int, tasks: list, work) -> None:
     code = 0
     try:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C: the parent reports it and ends us
         with os.fdopen(write_fd, "wb", buffering=1 << 16) as out:
-            for index in share:
-                blob = pickle.dumps((index, work(tasks[index])), protocol=pickle.HIGHEST_PROTOCOL)
-                out.write(len(blob).to_bytes(_HEADER, "little"))
-                out.write(blob)
+            while True:
+                record = os.read(task_fd, _TASK)
+                if not record:
+                    break
+                index = int.from_bytes(record, "little")
+                # The previous result leaves in the same write as this notice.
+                out.write(index.to_bytes(4, "little") + _STARTED.to_bytes(8, "little"))
                 out.flush()
-    except BaseException:  # noqa: BLE001 - the parent sees the missing answers and says so
+                blob = pickle.dumps(work(tasks[index]), protocol=pickle.HIGHEST_PROTOCOL)
+                out.write(index.to_bytes(4, "little") + len(blob).to_bytes(8, "little"))
+                out.write(blob)
+    except BaseException:  # noqa: BLE001 - the parent sees the task started and unanswered, and says so
         code = 1
     finally:
         os._exit(code)
 
 
-def _collect(fds: list[int], on_result) -> set[int]:
+def _collect(children: dict[int, int], on_result) -> tuple[set[int], list[tuple[int, str]]]:
+    """Results as they come, until every worker has ended. Returns the tasks
+    answered and, for each worker that ended inside a task, (task, how)."""
     answered: set[int] = set()
-    buffers = {fd: bytearray() for fd in fds}
+    died: list[tuple[int, str]] = []
+    buffers = {fd: bytearray() for fd in children}
+    current: dict[int, int | None] = dict.fromkeys(children)
     with selectors.DefaultSelector() as selector:
-        for fd in fds:
+        for fd in children:
             selector.register(fd, selectors.EVENT_READ)
-        remaining = len(fds)
-        while remaining:
+        while current:
             for key, _ in selector.select():
-                chunk = os.read(key.fd, 1 << 20)
+                fd = key.fd
+                chunk = os.read(fd, 1 << 20)
                 if not chunk:
-                    selector.unregister(key.fd)
-                    remaining -= 1
+                    selector.unregister(fd)
+                    os.close(fd)
+                    how = _reap(children.pop(fd))
+                    index = current.pop(fd)
+                    if index is not None:
+                        died.append((index, how))
                     continue
-                buffer = buffers[key.fd]
+                buffer = buffers[fd]
                 buffer += chunk
-                while len(buffer) >= _HEADER:
-                    size = int.from_bytes(buffer[:_HEADER], "little")
-                    if len(buffer) < _HEADER + size:
+                start = 0
+                while len(buffer) - start >= _HEADER:
+                    index = int.from_bytes(buffer[start:start + 4], "little")
+                    size = int.from_bytes(buffer[start + 4:start + _HEADER], "little")
+                    if size == _STARTED:
+                        current[fd] = index
+                        start += _HEADER
+                        continue
+                    if len(buffer) - start < _HEADER + size:
                         break
-                    index, result = pickle.loads(buffer[_HEADER:_HEADER + size])
-                    del buffer[:_HEADER + size]
+                    result = pickle.loads(buffer[start + _HEADER:start + _HEADER + size])
+                    start += _HEADER + size
+                    current[fd] = None
                     answered.add(index)
                     on_result(index, result)
-    return answered
+                del buffer[:start]
+    return answered, died
 
 
 def _reap(pid: int) -> str:
