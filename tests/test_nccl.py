@@ -764,6 +764,25 @@ def test_zstd(tmp_path):
     assert summary(nccl.parse(str(path), "job8.log")) == summary(parse("job8.log"))
 
 
+def test_zstd_cut_short_keeps_what_came_before_and_says_so(tmp_path):
+    """zstandard's stream reader ends a truncated frame silently, as if the
+    log were whole: the cut is an error diagnostic, the lines before it are
+    read (the same as a gzip log cut short)."""
+    zstandard = pytest.importorskip("zstandard")
+    made = generator().generate(str(tmp_path / "job.log"), ranks=4, size=4 << 20, per_node=2, stop_rank=1,
+                                stop_at=0.5)
+    plain = nccl.parse(made["paths"][0], "job.log")
+    packed = zstandard.ZstdCompressor(level=1).compress(open(made["paths"][0], "rb").read())
+    path = tmp_path / "job.log.zst"
+    path.write_bytes(packed[:len(packed) * 2 // 3])
+    facts = nccl.parse(str(path), "job.log.zst")
+    assert facts.diagnostics[-1].severity == "error"
+    assert facts.diagnostics[-1].message.startswith(f"zstd stream is corrupt or cut short after line {facts.lines_read:,}")
+    assert "(the zstd frame at byte 0 ends early: the file is cut short)" in facts.diagnostics[-1].message
+    assert plain.lines_read // 2 < facts.lines_read < plain.lines_read
+    assert [r.rank for r in facts.records] == [r.rank for r in plain.records]
+
+
 def test_gzip_streams_with_flat_memory(tmp_path):
     gen = generator()
     path = tmp_path / "job.log.gz"

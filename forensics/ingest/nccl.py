@@ -78,7 +78,7 @@ from ..model import CommOp, Evidence, GroupProgress, ProcessRecord, normalize_op
 from .facts import Facts
 from .cache import BoundedCache as _Cache
 from .grammar import parser
-from .textio import InputError, looks_binary
+from .textio import InputError, ZstdStream, looks_binary
 
 KIND = "nccl"
 SOURCE = "nccl"
@@ -314,23 +314,18 @@ class _Salvage:
 
 def _read_zstd(handle, reader: "_Reader") -> None:
     try:
-        import zstandard
-    except ImportError:
+        stream = io.BufferedReader(ZstdStream(handle, reader.facts.path), 1 << 20)
+    except InputError:
         reader.facts.diag(0, "zstd-compressed log, and the zstandard module is not installed: not read; "
                              "decompress it (zstd -d) or install zstandard", "error")
         return
-    with zstandard.ZstdDecompressor().stream_reader(handle) as stream:
-        try:
-            _read_stream(getattr(stream, "read1", stream.read), reader, compressed="zstd")
-        except zstandard.ZstdError as exc:
-            reader.facts.diag(reader.line_seen, f"zstd stream is corrupt after line {reader.line_seen:,} "
-                                                f"({exc}): the rest is unread", "error")
+    with stream:  # corrupt or cut short: _read_stream keeps what came before and says so
+        _read_stream(stream.read1, reader, compressed="zstd")
 
 
 def _zstd_head(path: str) -> bytes | None:
     try:
-        import zstandard
-        with open(path, "rb") as handle, zstandard.ZstdDecompressor().stream_reader(handle) as stream:
+        with io.BufferedReader(ZstdStream(open(path, "rb"), path), 1 << 20) as stream:
             return stream.read(64 * 1024)
     except Exception:  # not installed or not readable: the caller decides by the name
         return None

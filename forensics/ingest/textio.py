@@ -12,18 +12,14 @@ import os
 import re
 import zlib
 
-try:  # zstd logs are common on clusters; the module is a declared dependency
-    import zstandard
-except ImportError:  # pragma: no cover - only when installed without it
-    zstandard = None
-
 HEAD_BYTES = 64 * 1024
 # Terminal colour codes (py-spy on a TTY, gdb >= 10 styling), in bytes.
 ANSI_COLOUR = re.compile(rb"\x1b\[[0-9;]*m")
 _GZIP_MAGIC = b"\x1f\x8b"
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
-# What a broken compressed stream raises part-way through.
-STREAM_ERRORS = (OSError, EOFError, zlib.error) + ((zstandard.ZstdError,) if zstandard else ())
+# What a broken compressed stream raises part-way through (zstd errors
+# arrive as OSError: see ZstdStream).
+STREAM_ERRORS = (OSError, EOFError, zlib.error)
 
 
 class InputError(Exception):
@@ -61,12 +57,101 @@ def open_binary(path: str):
     if kind == "gzip":
         return gzip.open(path, "rb")
     if kind == "zstd":
-        if zstandard is None:
-            raise InputError(path, "zstd-compressed, and the zstandard module is not installed")
-        raw = open(path, "rb")
-        stream = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True, closefd=True)
-        return io.BufferedReader(stream, 1 << 20)
+        return io.BufferedReader(ZstdStream(open(path, "rb"), path), 1 << 20)
     return open(path, "rb")
+
+
+class ZstdStream(io.RawIOBase):
+    """A zstd stream (every frame in it) decompressed from the binary file
+    `raw`, which it closes. Its errors are OSError: a corrupt frame, and a
+    stream that ends inside a frame (a log cut short when its machine died),
+    which zstandard's stream reader ends silently, as if the file were whole:
+    at its end the frames are walked (`zstd_cut_short`). zstandard (a
+    declared dependency; zstd logs are common on clusters) is imported when
+    a zstd file is met, not by every run: 5 ms of start-up."""
+
+    def __init__(self, raw, name: str):
+        try:
+            import zstandard
+        except ImportError:  # only when installed without it
+            raw.close()
+            raise InputError(name, "zstd-compressed, and the zstandard module is not installed") from None
+        self._error = zstandard.ZstdError
+        self._raw = raw
+        self._stream = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True, closefd=True)
+        self._checked = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        try:
+            n = self._stream.readinto(buffer)
+        except self._error as exc:
+            raise OSError(f"zstd: {exc}") from None
+        if not n and not self._checked:
+            self._checked = True
+            where = zstd_cut_short(self._raw)
+            if where is not None:
+                raise OSError(f"the zstd frame at byte {where:,} ends early: the file is cut short")
+        return n
+
+    def close(self) -> None:
+        if not self.closed:
+            self._stream.close()
+        super().close()
+
+
+_ZSTD_SKIPPABLE = range(0x184D2A50, 0x184D2A60)
+
+
+def zstd_cut_short(raw) -> int | None:
+    """Where the zstd frames in `raw` stop before their end (the offset of
+    the frame cut short), or None when every frame is whole (or `raw`
+    cannot seek). Only headers are read (RFC 8878: frame header, then
+    blocks of a 3-byte header each, then an optional 4-byte checksum)."""
+    try:
+        size = os.fstat(raw.fileno()).st_size
+        raw.seek(0)
+    except (OSError, AttributeError, ValueError, io.UnsupportedOperation):
+        return None
+    pos = 0
+    while pos < size:
+        frame = pos
+        raw.seek(pos)
+        head = raw.read(14)
+        if len(head) < 4:
+            return frame
+        magic = int.from_bytes(head[:4], "little")
+        if magic in _ZSTD_SKIPPABLE:
+            if len(head) < 8:
+                return frame
+            pos += 8 + int.from_bytes(head[4:8], "little")
+            if pos > size:
+                return frame
+            continue
+        if magic != 0xFD2FB528 or len(head) < 5:
+            return frame  # the decompressor has said so already, or will
+        flags = head[4]
+        single = flags >> 5 & 1
+        header = 1 + (0 if single else 1) + (0, 1, 2, 4)[flags & 3] + ((1 if single else 0), 2, 4, 8)[flags >> 6]
+        pos += 4 + header
+        while True:
+            raw.seek(pos)
+            block = raw.read(3)
+            if len(block) < 3:
+                return frame
+            value = int.from_bytes(block, "little")
+            kind, length = value >> 1 & 3, value >> 3
+            pos += 3 + (1 if kind == 1 else length)
+            if pos > size:
+                return frame
+            if value & 1:  # the last block
+                break
+        pos += 4 if flags >> 2 & 1 else 0
+        if pos > size:
+            return frame
+    return None
 
 
 def read_head(path: str, size: int = HEAD_BYTES) -> bytes:
