@@ -10,7 +10,8 @@ folder:
 
 and prints the wall time and peak RSS of each (from `wait4`, so per run and
 including the worker processes it reaped), what each concluded, and whether
-they agree. forensics runs with its bytecode cached under the work folder
+they agree. With `--repeat N` each tool runs N times, the two interleaved,
+and the run of median wall time is the one reported. forensics runs with its bytecode cached under the work folder
 (PYTHONPYCACHEPREFIX, filled by one untimed warm-up run), as an installed
 package has it; the analyzer's venv ships its .pyc files. Then, at the smallest scale, what each does with file names
 users really have (`host07_nccl_trace_rank_3`, `fr_dump.5`), with JSON dumps,
@@ -27,6 +28,7 @@ plugin yet, the forensics run goes through a two-line shim that adds it
 with Flight Recorder-only input. Both are reported, not fixed, here.
 
     python benchmarks/bench_fr.py --ranks 64 1024
+    python benchmarks/bench_fr.py --ranks 64 --repeat 5
     python benchmarks/bench_fr.py --ranks 8192 --scenarios missing --timeout 300
 """
 
@@ -263,12 +265,22 @@ def agrees(a: Verdict, b: Verdict) -> bool:
 
 # ---------------------------------------------------------------- the benchmark
 
-def show(label: str, result: Run, verdict: Verdict, how: str = "") -> None:
+def median_run(runs: list) -> Run:
+    """The run of median wall time (the lower middle one of an even count)."""
+    return sorted(runs, key=lambda r: r.seconds)[(len(runs) - 1) // 2]
+
+
+def show(label: str, result: Run, verdict: Verdict, how: str = "", runs=()) -> None:
     state = "TIMEOUT" if result.timed_out else f"exit {result.exit_code}"
     print(f"  {label:<10} {result.seconds:8.2f} s  (CPU {result.cpu:7.2f} s)  peak RSS {result.peak_mb:7.0f} MiB  "
           f"{state:<8}  "
           f"verdict {verdict.verdict} culprits {_ranks(verdict.culprits)}"
           + (f"  [{verdict.detail}]" if verdict.detail else ""))
+    if len(runs) > 1:
+        times = sorted(r.seconds for r in runs)
+        print(f"             median of {len(runs)} runs; all: " + " ".join(f"{t:.2f}" for t in times) + " s")
+        if len({ours(r).verdict if label == "forensics" else analyzer(r).verdict for r in runs}) > 1:
+            print("             the runs did not all give the same verdict")
     if how:
         print(f"             command: {how}")
 
@@ -283,15 +295,20 @@ def scale(world: int, scenarios, args, work: str, rows: list) -> None:
         print(f"\n== {world} ranks, scenario {scenario}: {world} dumps x {args.entries} entries "
               f"({_size(folder)}, written in {made:.1f} s)")
         command, how = forensics_command(folder, hung=scenario != "healthy")
-        mine = run(command, args.ours_timeout, args.mem_gb, cwd=REPO, env=args.env)
+        mine_runs, their_runs = [], []
+        for _ in range(args.repeat):  # interleaved, so a slow spell of the machine hits both
+            mine_runs.append(run(command, args.ours_timeout, args.mem_gb, cwd=REPO, env=args.env))
+            if not args.no_analyzer:
+                their_runs.append(run(analyzer_command(folder), args.timeout, args.mem_gb))
+        mine = median_run(mine_runs)
         ours_verdict = ours(mine)
-        show("forensics", mine, ours_verdict, how)
+        show("forensics", mine, ours_verdict, how, mine_runs)
         if args.no_analyzer:
             theirs, their_verdict = None, Verdict("not run")
         else:
-            theirs = run(analyzer_command(folder), args.timeout, args.mem_gb)
+            theirs = median_run(their_runs)
             their_verdict = analyzer(theirs)
-            show("fr_trace", theirs, their_verdict, " ".join(analyzer_command(os.path.basename(folder))))
+            show("fr_trace", theirs, their_verdict, " ".join(analyzer_command(os.path.basename(folder))), their_runs)
         truth = expected(scenario, world, args.culprit)
         print(f"  expected   {truth.verdict} culprits {_ranks(truth.culprits)}")
         if theirs is None:
@@ -362,6 +379,9 @@ def main(argv=None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the dumps")
     parser.add_argument("--no-extras", action="store_true", help="skip the mixed-names and JSON cases")
     parser.add_argument("--no-analyzer", action="store_true", help="run forensics only")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="run each tool this many times, interleaved, and report the median run "
+                             "(a shared machine's speed drifts by a third within minutes)")
     args = parser.parse_args(argv)
 
     if not args.no_analyzer:
