@@ -78,7 +78,7 @@ from ..model import CommOp, Evidence, GroupProgress, ProcessRecord, normalize_op
 from .facts import Facts
 from .cache import BoundedCache as _Cache
 from .grammar import parser
-from .textio import InputError, ZstdStream, looks_binary
+from .textio import InputError, ZstdStream, looks_binary, read_head
 
 KIND = "nccl"
 SOURCE = "nccl"
@@ -325,9 +325,8 @@ def _read_zstd(handle, reader: "_Reader") -> None:
 
 def _zstd_head(path: str) -> bytes | None:
     try:
-        with io.BufferedReader(ZstdStream(open(path, "rb"), path), 1 << 20) as stream:
-            return stream.read(64 * 1024)
-    except Exception:  # not installed or not readable: the caller decides by the name
+        return read_head(path)
+    except InputError:  # zstandard not installed, or not readable: the caller decides by the name
         return None
 
 
