@@ -704,3 +704,17 @@ def test_fuzzed_logs_never_crash(which, mutations, cut, compress):
     assert all(_plain(s) for s in facts.stuck)
     assert all(type(h) is str and type(p) is int and type(r) is int and _plain(e) for h, p, r, e in facts.pid_ranks)
     assert facts.unrecognized >= 0
+
+
+def test_sniff_rejects_a_head_with_nul_bytes_before_scanning_it():
+    """A NUL in the first 8 KiB makes a file binary (textio.looks_binary):
+    the text readers decline it before scanning 64 KiB for their markers,
+    which every Flight Recorder pickle in a folder would otherwise cost."""
+    from forensics.ingest import snapshot, torchlog
+
+    log = (CORPUS / "real_missing_rank_early_exit" / "torchrun.log").read_bytes()[:65536]
+    assert torchlog.sniff("torchrun.log", log)
+    assert not torchlog.sniff("torchrun.log", log[:4000] + b"\x00" + log[4000:])
+    shot = (CORPUS / "snapshot_missing_rank" / "snapshot_1.json").read_bytes()[:65536]
+    assert snapshot.sniff("snapshot_1.json", shot)
+    assert not snapshot.sniff("snapshot_1.json", shot[:40] + b"\x00" + shot[40:])

@@ -58,6 +58,8 @@ _SNIFF_LITERALS = (b"current_op", b"waiting_for_ranks", b"op_seq", b"forensics.s
 
 
 def sniff(path: str, head: bytes) -> bool:
+    if head.find(b"\x00", 0, 8192) >= 0:  # binary (looks_binary): rejected before any scan of 64 KiB
+        return False
     if not any(literal in head for literal in _SNIFF_LITERALS) or looks_binary(head):
         return False
     stripped = head.lstrip()

@@ -120,6 +120,8 @@ _SNIFF_PREFIXES = re.compile(rb"[FEWIV]\d{3,4} \d\d:\d\d:\d\d\.\d{6}|\.(?:cpp|cc
 def sniff(path: str, head: bytes) -> bool:
     """c10 log prefixes, torchelastic's logging and failure summary, or the
     exceptions c10d raises. NCCL_DEBUG lines alone are the NCCL reader's."""
+    if head.find(b"\x00", 0, 8192) >= 0:  # binary (looks_binary): rejected before any scan of 64 KiB
+        return False
     if _crash_report(head):  # a rank's stderr: a traceback through c10d, or a C++ abort
         return not looks_binary(head)
     if not (any(literal in head for literal in _SNIFF_LITERALS)
