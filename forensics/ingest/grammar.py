@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import os
-from importlib import resources
 
 from .. import lazy
 
@@ -19,6 +18,8 @@ _CHECKOUT = os.path.normpath(os.path.join(_HERE, "..", "..", "grammars"))
 
 
 def grammar_text(name: str) -> str:
+    from importlib import resources  # here: 5-7 ms of imports a run without lark input skips
+
     filename = name if name.endswith(".lark") else f"{name}.lark"
     try:
         return resources.files("forensics.grammars").joinpath(filename).read_text(encoding="utf-8")
