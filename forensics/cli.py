@@ -28,7 +28,7 @@ class _PluginSet:
     def __call__(self):
         if self.plugins is None:
             from .plugins import Plugins
-            self.plugins = Plugins(autoload=self.autoload)
+            self.plugins = Plugins(autoload=self.autoload, defer_rules=True)
         return self.plugins
 
 
@@ -178,17 +178,21 @@ def _main(argv, plugins=None) -> int:
 
 def _analyze(args, plugin_set) -> int:
     from . import gc_paused
-    from .analysis import analyze_incident, prepare
     from .ingest import load_incident
     from .ingest.textio import InputError
     from .report import FormatUnavailable, formats
-    from .yamlrules import RuleFileErrors
 
-    try:
-        plugins = _with_rules(plugin_set(), args.rules)
-    except RuleFileErrors as exc:
-        print(f"forensics: {exc}", file=sys.stderr)
-        return EXIT_INPUT
+    # The rules, the graph library and the analysis are imported while the
+    # worker processes parse (`meanwhile`), not before they are forked.
+    plugins = plugin_set()
+    if args.rules:
+        from .yamlrules import RuleFileErrors
+
+        try:
+            plugins = _with_rules(plugins, args.rules)
+        except RuleFileErrors as exc:
+            print(f"forensics: {exc}", file=sys.stderr)
+            return EXIT_INPUT
     fmt = formats(plugins)[args.format]
     progress = None if args.quiet or not _is_terminal(sys.stderr) else ProgressBar()
     try:
@@ -196,10 +200,12 @@ def _analyze(args, plugin_set) -> int:
             try:
                 incident = load_incident([str(p) for p in args.paths], plugins, hung=args.hung,
                                          jobs=args.jobs, full=args.full, progress=progress,
-                                         meanwhile=lambda: prepare(plugins))
+                                         meanwhile=lambda: _prepare(plugins))
             finally:
                 if progress is not None:
                     progress.close()
+            from .analysis import analyze_incident
+
             report = analyze_incident(incident, plugins)
     except InputError as exc:
         print(f"forensics: {exc}", file=sys.stderr)
@@ -231,6 +237,12 @@ def _analyze(args, plugin_set) -> int:
     if report.verdict == "inconclusive" and not args.quiet:
         print("forensics: inconclusive: " + report.root_cause.narrative.get("en", ""), file=sys.stderr)
     return report.exit_code
+
+
+def _prepare(plugins) -> None:
+    from .analysis import prepare
+
+    prepare(plugins)
 
 
 def _is_terminal(stream) -> bool:
@@ -292,7 +304,8 @@ class ProgressBar:
         from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
 
         with self._lock:
-            if self._closed:
+            files_done, files_total = self._counts[:2]
+            if self._closed or (files_total and files_done == files_total):  # nothing left to read
                 return
             self._bar = Progress(TextColumn("reading artifacts"), BarColumn(),
                                  TextColumn("{task.fields[files]}"), DownloadColumn(), TimeElapsedColumn(),

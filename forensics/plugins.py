@@ -14,7 +14,7 @@ from . import hookspecs
 from .ingest.textio import InputError
 from .model import Diagnostic
 
-BUILTIN_PLUGINS = (
+READER_PLUGINS = (
     "forensics.ingest.snapshot_plugin",
     "forensics.ingest.manifest",
     "forensics.ingest.pyspy",
@@ -22,6 +22,8 @@ BUILTIN_PLUGINS = (
     "forensics.ingest.nccl",
     "forensics.ingest.torchlog",
     "forensics.ingest.flightrecorder",
+)
+RULE_PLUGINS = (
     "forensics.rules.declared_waits",
     "forensics.rules.comm_waits",
     "forensics.rules.stream_waits",
@@ -34,8 +36,15 @@ BUILTIN_PLUGINS = (
     "forensics.rules.transport_mismatch",
     "forensics.rules.shared_communicator",
     "forensics.yamlrules",  # the shipped YAML rules (top-level rules/, package forensics.rules_data)
+)
+BUILTIN_PLUGINS = READER_PLUGINS + RULE_PLUGINS + (
     "forensics.report",  # the built-in output formats (text, json, markdown, html, …)
 )
+# What finding and reading files and choosing the output format call. A
+# set built with `defer_rules` answers these before its rule plugins are
+# imported; any other hook, or raw access to the hooks, registers them
+# first. No rule plugin implements one of these (tests/test_plugins.py).
+EARLY_HOOKS = frozenset({"forensics_sniff", "forensics_parse", "forensics_report_formats"})
 AUTOLOAD_OFF = "FORENSICS_DISABLE_PLUGIN_AUTOLOAD"
 
 
@@ -43,15 +52,23 @@ class Plugins:
     """A pluggy manager plus the diagnostics of plugins that failed to load."""
 
     def __init__(self, autoload: bool | None = None, extra: tuple = (),
-                 builtins: tuple[str, ...] = BUILTIN_PLUGINS):
+                 builtins: tuple[str, ...] = BUILTIN_PLUGINS, defer_rules: bool = False):
+        """`defer_rules`: import and register the built-in rule plugins
+        (RULE_PLUGINS) only when a hook outside EARLY_HOOKS is first called,
+        or before anything else is registered, so that every hook's
+        implementations come in the same order as without it. The CLI
+        defers them: its analysis then imports them while the worker
+        processes parse, not before it forks them."""
         self.pm = pluggy.PluginManager(hookspecs.PROJECT)
         self.pm.add_hookspecs(hookspecs)
         self.diagnostics: list[Diagnostic] = []
         self.prepared = False  # forensics_prepare has run (forensics.analysis.prepare)
         self.extra = tuple(extra)
         self.builtins = tuple(builtins)
+        self._pending = [name for name in builtins if name in RULE_PLUGINS] if defer_rules else []
         for name in builtins:
-            self.pm.register(importlib.import_module(name), name=name)
+            if name not in self._pending:
+                self.pm.register(importlib.import_module(name), name=name)
         if autoload is None:
             autoload = not os.environ.get(AUTOLOAD_OFF)
         self.autoload = autoload
@@ -62,9 +79,24 @@ class Plugins:
 
     @property
     def hook(self):
+        self.complete()
         return self.pm.hook
 
+    @property
+    def pending(self) -> tuple[str, ...]:
+        """The deferred built-in plugins not registered yet."""
+        return tuple(self._pending)
+
+    def complete(self) -> None:
+        """Register the deferred built-in plugins now, in BUILTIN_PLUGINS order."""
+        pending, self._pending = self._pending, []
+        for name in pending:
+            self.pm.register(importlib.import_module(name), name=name)
+        if pending:
+            self.prepared = False
+
     def register(self, plugin, name: str | None = None) -> None:
+        self.complete()  # the built-ins first, as when nothing is deferred
         self.prepared = False
         try:
             self.pm.register(plugin, name=name)
@@ -76,6 +108,7 @@ class Plugins:
     def _load_entry_points(self) -> None:
         if not may_declare_entry_points(hookspecs.PROJECT):
             return
+        self.complete()  # the built-ins before any entry point, as when nothing is deferred
         from importlib.metadata import entry_points
 
         for ep in entry_points(group=hookspecs.PROJECT):
@@ -91,7 +124,7 @@ class Plugins:
         """Call a collecting hook one implementation at a time, so one plugin's
         exception costs only its own contribution."""
         results = []
-        caller = getattr(self.pm.hook, hook_name)
+        caller = self._caller(hook_name)
         for impl in caller.get_hookimpls():
             try:
                 out = impl.function(**{k: kwargs[k] for k in impl.argnames})
@@ -106,7 +139,7 @@ class Plugins:
     def each(self, hook_name: str, **kwargs) -> list:
         """Every implementation's non-None answer, newest registration first."""
         answers = []
-        caller = getattr(self.pm.hook, hook_name)
+        caller = self._caller(hook_name)
         for impl in reversed(caller.get_hookimpls()):
             try:
                 out = impl.function(**{k: kwargs[k] for k in impl.argnames})
@@ -121,7 +154,7 @@ class Plugins:
 
     def first(self, hook_name: str, **kwargs):
         """Call a firstresult hook, newest registration first, isolating failures."""
-        caller = getattr(self.pm.hook, hook_name)
+        caller = self._caller(hook_name)
         for impl in reversed(caller.get_hookimpls()):
             try:
                 out = impl.function(**{k: kwargs[k] for k in impl.argnames})
@@ -135,6 +168,11 @@ class Plugins:
             if out is not None:
                 return out
         return None
+
+    def _caller(self, hook_name: str):
+        if self._pending and hook_name not in EARLY_HOOKS:
+            self.complete()
+        return getattr(self.pm.hook, hook_name)
 
     def clone_spec(self):
         """What a worker process needs to build the same plugin set, or None

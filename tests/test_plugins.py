@@ -170,3 +170,92 @@ def test_the_command_still_runs_plugins_atexit_handlers(run_cli, tmp_path):
     result = run_cli("analyze", CORPUS / "seed_healthy_chain", "-f", "json", env=env)
     assert result.returncode == 1 and json.loads(result.stdout)["verdict"] == "deadlock"
     assert marker.read_text() == "team log flushed"
+
+
+def _hookimpl_names(module_name):
+    import importlib
+
+    import pluggy
+
+    from forensics import hookspecs
+
+    manager = pluggy.PluginManager(hookspecs.PROJECT)
+    manager.add_hookspecs(hookspecs)
+    manager.register(importlib.import_module(module_name), name=module_name)
+    return {name for name in dir(manager.hook) if name.startswith("forensics_")
+            and getattr(manager.hook, name).get_hookimpls()}
+
+
+def test_no_rule_plugin_implements_an_early_hook():
+    """A deferred plugin must never be missed by discovery, parsing or the
+    choice of format: those hooks run before it is registered."""
+    from forensics.plugins import EARLY_HOOKS, READER_PLUGINS, RULE_PLUGINS
+
+    for name in RULE_PLUGINS:
+        implemented = _hookimpl_names(name)
+        assert implemented, name
+        assert not implemented & EARLY_HOOKS, name
+    assert _hookimpl_names(READER_PLUGINS[0]) <= EARLY_HOOKS
+
+
+def _order(plugins):
+    hooks = plugins.pm.hook
+    return {name: [impl.plugin_name for impl in getattr(hooks, name).get_hookimpls()]
+            for name in dir(hooks) if name.startswith("forensics_")}
+
+
+def test_deferred_rules_register_on_the_first_later_hook_in_the_same_order():
+    from forensics.plugins import RULE_PLUGINS
+
+    eager = Plugins(autoload=False)
+    deferred = Plugins(autoload=False, defer_rules=True)
+    assert deferred.pending == RULE_PLUGINS
+    assert deferred.each("forensics_sniff", path="x.log", head=b"\x80\x02}q\x00.") == []
+    assert deferred.first("forensics_report_formats") is not None
+    assert deferred.pending == RULE_PLUGINS  # early hooks do not register them
+    docs = deferred.call("forensics_rules")
+    assert deferred.pending == ()
+    assert {doc.id for doc in docs} == {doc.id for doc in eager.call("forensics_rules")}
+    assert _order(deferred) == _order(eager)
+
+
+def test_a_plugin_registered_on_a_deferred_set_comes_after_the_builtins():
+    team = ComputeWaitsForRankZero()
+    eager = Plugins(autoload=False, extra=(team,))
+    deferred = Plugins(autoload=False, extra=(team,), defer_rules=True)
+    assert deferred.pending == ()
+    assert _order(deferred) == _order(eager)
+    report = report_of(HEALTHY_CHAIN, plugins=deferred)
+    assert report.verdict == "deadlock"
+
+
+FORK_SPY = """
+import json, sys
+import forensics.ingest as ingest, forensics.ingest.workers as workers, forensics.cli as cli
+ingest.PARALLEL_MIN = 2
+seen = []
+run = workers.run
+def spy(*args, **kwargs):
+    seen.append(sorted(m for m in ("forensics.yamlrules", "forensics.rules.wait_cycle", "forensics.analysis",
+                                   "networkx") if m in sys.modules))
+    return run(*args, **kwargs)
+workers.run = spy
+code = cli.main(sys.argv[1:])
+print(json.dumps({"before_fork": seen, "code": code}), file=sys.stderr)
+"""
+
+
+def test_the_command_forks_its_parsers_before_importing_rules_and_analysis(tmp_path):
+    """The rule plugins, the analysis and networkx load in the parent while
+    the workers parse; the report is the same."""
+    import subprocess
+
+    incident = CORPUS / "real_missing_rank_early_exit_fr"
+    result = subprocess.run([sys.executable, "-c", FORK_SPY, "analyze", str(incident), "-f", "json", "--jobs", "2"],
+                            capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                            env={**__import__("os").environ, "FORENSICS_DISABLE_PLUGIN_AUTOLOAD": "1"})
+    spied = json.loads(result.stderr.strip().splitlines()[-1])
+    assert spied["before_fork"] == [[]]
+    report = json.loads(result.stdout)
+    assert report["verdict"] == "missing_rank"
+    assert spied["code"] == 1

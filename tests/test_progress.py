@@ -155,3 +155,20 @@ def test_no_color_on_a_terminal(tmp_path):
     assert code == 1
     assert "\x1b" not in terminal
     assert terminal.startswith("forensics verdict: DEADLOCK")
+
+
+def test_the_bar_is_not_drawn_once_every_file_is_read():
+    """When the delay runs out after the last file (the analysis is being
+    prepared, not files read), a bar would only flash: none is drawn."""
+    from forensics.cli import ProgressBar
+
+    done = ProgressBar(delay=3600)
+    done(18, 18, 5000, 5000)
+    done._show()
+    assert done._bar is None
+    done.close()
+    reading = ProgressBar(delay=3600)
+    reading(3, 18, 800, 5000)
+    reading._show()
+    assert reading._bar is not None
+    reading.close()

@@ -144,22 +144,25 @@ def _parse_all(artifacts, plugins, jobs: int, progress=None, meanwhile=None):
     """Parse every artifact; `progress(files_done, files_total, bytes_done,
     bytes_total)`, when given, is called before the first file and after
     each file is parsed. `meanwhile()`, when given, runs while workers
-    parse (or first, when there are none)."""
+    parse (before a spawned pool; after the files are read when one
+    process reads them all, so a progress bar shows reading alone)."""
     sizes = [file_size(a.path) for a in artifacts]
     counter = _Progress(progress, len(artifacts), sum(sizes))
     parallel = jobs > 1 and len(artifacts) > 1 and (len(artifacts) >= PARALLEL_MIN or sum(sizes) >= PARALLEL_BYTES)
     if parallel and workers.available():
         return _parse_forked(artifacts, sizes, plugins, jobs, counter, meanwhile)
+    spec = plugins.clone_spec()
+    if parallel and spec is not None:
+        if meanwhile is not None:
+            meanwhile()
+        return _parse_pooled(artifacts, sizes, plugins, jobs, counter, spec)
+    results = []
+    for artifact, size in zip(artifacts, sizes):
+        results.append(_parse_one(artifact, plugins))
+        counter.add(1, size)
     if meanwhile is not None:
         meanwhile()
-    spec = plugins.clone_spec()
-    if not parallel or spec is None:
-        results = []
-        for artifact, size in zip(artifacts, sizes):
-            results.append(_parse_one(artifact, plugins))
-            counter.add(1, size)
-        return results
-    return _parse_pooled(artifacts, sizes, plugins, jobs, counter, spec)
+    return results
 
 
 def _parse_forked(artifacts, sizes, plugins, jobs, counter, meanwhile):
