@@ -11,7 +11,9 @@ folder:
 and prints the wall time and peak RSS of each (from `wait4`, so per run and
 including the worker processes it reaped), what each concluded, and whether
 they agree. With `--repeat N` each tool runs N times, the two interleaved,
-and the run of median wall time is the one reported. forensics runs with its bytecode cached under the work folder
+and the run of median wall time is the one reported, plus the median of
+the per-pair speed-ups (each run of ours against the analyzer's next run,
+so a slow spell of the machine that lasts a pair cancels out). forensics runs with its bytecode cached under the work folder
 (PYTHONPYCACHEPREFIX, filled by one untimed warm-up run), as an installed
 package has it; the analyzer's venv ships its .pyc files. Then, at the smallest scale, what each does with file names
 users really have (`host07_nccl_trace_rank_3`, `fr_dump.5`), with JSON dumps,
@@ -41,6 +43,7 @@ import re
 import resource
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -309,6 +312,12 @@ def scale(world: int, scenarios, args, work: str, rows: list) -> None:
             theirs = median_run(their_runs)
             their_verdict = analyzer(theirs)
             show("fr_trace", theirs, their_verdict, " ".join(analyzer_command(os.path.basename(folder))), their_runs)
+        pairs = sorted(t.seconds / m.seconds for m, t in zip(mine_runs, their_runs) if m.seconds and not t.timed_out)
+        if len(pairs) > 1:
+            # Each run of ours against the analyzer's run right after it: a
+            # slow spell of the machine that lasts a pair cancels out.
+            print(f"  speed-up per interleaved pair: median {statistics.median(pairs):.1f}x, "
+                  f"range {pairs[0]:.1f}-{pairs[-1]:.1f}x")
         truth = expected(scenario, world, args.culprit)
         print(f"  expected   {truth.verdict} culprits {_ranks(truth.culprits)}")
         if theirs is None:
@@ -319,7 +328,8 @@ def scale(world: int, scenarios, args, work: str, rows: list) -> None:
             agreement = "AGREE" if agrees(ours_verdict, their_verdict) else "DISAGREE"
         print(f"  => {agreement}; forensics {'right' if agrees(ours_verdict, truth) else 'WRONG'}, "
               f"fr_trace {'-' if theirs is None else 'right' if agrees(their_verdict, truth) else 'WRONG'}")
-        rows.append((world, scenario, mine, ours_verdict, theirs, their_verdict, agreement))
+        rows.append((world, scenario, mine, ours_verdict, theirs, their_verdict, agreement,
+                     statistics.median(pairs) if len(pairs) > 1 else None))
         if not args.keep:
             shutil.rmtree(folder, ignore_errors=True)
 
@@ -410,15 +420,15 @@ def main(argv=None) -> int:
 
     print("\n== summary")
     print(f"{'ranks':>6} {'scenario':<10} {'forensics s':>11} {'CPU s':>7} {'MiB':>6} {'verdict':<22} "
-          f"{'fr_trace s':>10} {'CPU s':>7} {'MiB':>6} {'verdict':<26} {'speed-up':>8}  agreement")
-    for world, scenario, mine, ours_verdict, theirs, their_verdict, agreement in rows:
+          f"{'fr_trace s':>10} {'CPU s':>7} {'MiB':>6} {'verdict':<26} {'speed-up':>8} {'per pair':>8}  agreement")
+    for world, scenario, mine, ours_verdict, theirs, their_verdict, agreement, paired in rows:
         their_time = f"{theirs.seconds:10.2f} {theirs.cpu:7.1f}" if theirs else f"{'-':>10} {'-':>7}"
         their_mem = f"{theirs.peak_mb:6.0f}" if theirs else f"{'-':>6}"
         ratio = f"{theirs.seconds / mine.seconds:7.1f}x" if theirs and mine.seconds else f"{'-':>8}"
         print(f"{world:>6} {scenario:<10} {mine.seconds:11.2f} {mine.cpu:7.1f} {mine.peak_mb:6.0f} "
               f"{(ours_verdict.verdict + ' ' + _ranks(ours_verdict.culprits))[:22]:<22} "
               f"{their_time} {their_mem} {(their_verdict.verdict + ' ' + _ranks(their_verdict.culprits))[:26]:<26} "
-              f"{ratio}  {agreement}")
+              f"{ratio} {f'{paired:7.1f}x' if paired else '-':>8}  {agreement}")
     return 0
 
 
