@@ -13,7 +13,10 @@ including the worker processes it reaped), what each concluded, and whether
 they agree. With `--repeat N` each tool runs N times, the two interleaved,
 and the run of median wall time is the one reported, plus the median of
 the per-pair speed-ups (each run of ours against the analyzer's next run,
-so a slow spell of the machine that lasts a pair cancels out). forensics runs with its bytecode cached under the work folder
+so a slow spell of the machine that lasts a pair cancels out). `--floor`
+adds a third contender, a bare decode (two forked processes that only
+`pickle.loads` each dump: no checks, no analysis), the floor for any Python
+tool that decodes every dump. forensics runs with its bytecode cached under the work folder
 (PYTHONPYCACHEPREFIX, filled by one untimed warm-up run), as an installed
 package has it; the analyzer's venv ships its .pyc files. Then, at the smallest scale, what each does with file names
 users really have (`host07_nccl_trace_rank_3`, `fr_dump.5`), with JSON dumps,
@@ -31,6 +34,7 @@ with Flight Recorder-only input. Both are reported, not fixed, here.
 
     python benchmarks/bench_fr.py --ranks 64 1024
     python benchmarks/bench_fr.py --ranks 64 --repeat 5
+    python benchmarks/bench_fr.py --ranks 64 --repeat 7 --floor --no-extras
     python benchmarks/bench_fr.py --ranks 8192 --scenarios missing --timeout 300
 """
 
@@ -171,6 +175,34 @@ def forensics_command(folder: str, hung: bool = True) -> tuple[list, str]:
             f"python -c <shim: forensics with {PLUGIN} registered> {shown}")
 
 
+# The floor under any Python reader of these dumps on this machine: two
+# forked processes that take the files from one pipe and only `pickle.loads`
+# each (the C decoder, no checks, nothing kept, no analysis, no imports of
+# ours). Plain pickle.loads runs code a hostile file names, so this runs on
+# the benchmark's own generated dumps only; forensics never does it.
+FLOOR = """
+import os, pickle, sys
+folder = sys.argv[1]
+files = sorted(os.path.join(folder, name) for name in os.listdir(folder))
+tasks, feed = os.pipe()
+os.write(feed, b"".join(i.to_bytes(4, "little") for i in range(len(files))))
+os.close(feed)
+pids = []
+for _ in range(2):
+    pid = os.fork()
+    if pid == 0:
+        while True:
+            record = os.read(tasks, 4)
+            if not record:
+                os._exit(0)
+            with open(files[int.from_bytes(record, "little")], "rb") as handle:
+                pickle.loads(handle.read())
+    pids.append(pid)
+for pid in pids:
+    os.waitpid(pid, 0)
+"""
+
+
 def analyzer_command(folder: str, prefix: str | None = "nccl_trace_rank_", extra=()) -> list:
     command = [os.path.join(TRAINENV, "bin", "python"), "-m", "torch.distributed.flight_recorder.fr_trace", folder]
     if prefix is not None:
@@ -298,11 +330,13 @@ def scale(world: int, scenarios, args, work: str, rows: list) -> None:
         print(f"\n== {world} ranks, scenario {scenario}: {world} dumps x {args.entries} entries "
               f"({_size(folder)}, written in {made:.1f} s)")
         command, how = forensics_command(folder, hung=scenario != "healthy")
-        mine_runs, their_runs = [], []
+        mine_runs, their_runs, floor_runs = [], [], []
         for _ in range(args.repeat):  # interleaved, so a slow spell of the machine hits both
             mine_runs.append(run(command, args.ours_timeout, args.mem_gb, cwd=REPO, env=args.env))
             if not args.no_analyzer:
                 their_runs.append(run(analyzer_command(folder), args.timeout, args.mem_gb))
+            if args.floor:
+                floor_runs.append(run([sys.executable, "-c", FLOOR, folder], args.ours_timeout, args.mem_gb))
         mine = median_run(mine_runs)
         ours_verdict = ours(mine)
         show("forensics", mine, ours_verdict, how, mine_runs)
@@ -318,6 +352,14 @@ def scale(world: int, scenarios, args, work: str, rows: list) -> None:
             # slow spell of the machine that lasts a pair cancels out.
             print(f"  speed-up per interleaved pair: median {statistics.median(pairs):.1f}x, "
                   f"range {pairs[0]:.1f}-{pairs[-1]:.1f}x")
+        if floor_runs:
+            floor = median_run(floor_runs)
+            print(f"  bare decode    {floor.seconds:.2f} s  (CPU {floor.cpu:6.2f} s)  2 processes, pickle.loads only: "
+                  f"the floor; all: " + " ".join(f"{r.seconds:.2f}" for r in sorted(floor_runs, key=lambda r: r.seconds)))
+            ceiling = sorted(t.seconds / f.seconds for f, t in zip(floor_runs, their_runs) if f.seconds and not t.timed_out)
+            if ceiling:
+                print(f"  the analyzer's time over the floor's, per pair: median {statistics.median(ceiling):.1f}x "
+                      f"(the most any Python tool that decodes every dump can reach on this machine)")
         truth = expected(scenario, world, args.culprit)
         print(f"  expected   {truth.verdict} culprits {_ranks(truth.culprits)}")
         if theirs is None:
@@ -389,6 +431,8 @@ def main(argv=None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the dumps")
     parser.add_argument("--no-extras", action="store_true", help="skip the mixed-names and JSON cases")
     parser.add_argument("--no-analyzer", action="store_true", help="run forensics only")
+    parser.add_argument("--floor", action="store_true",
+                        help="also time a bare decode of the dumps (2 processes, pickle.loads only): the floor")
     parser.add_argument("--repeat", type=int, default=1,
                         help="run each tool this many times, interleaved, and report the median run "
                              "(a shared machine's speed drifts by a third within minutes)")
