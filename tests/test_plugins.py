@@ -1,8 +1,11 @@
 """Plugins go through the same hooks as the built-ins, and a broken one is a diagnostic."""
 
 import json
+import os
 import sys
 import textwrap
+
+import pytest
 
 from forensics import hookimpl
 from forensics.model import Finding, WaitEdge
@@ -245,6 +248,7 @@ print(json.dumps({"before_fork": seen, "code": code}), file=sys.stderr)
 """
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="the parse workers are forked only where fork exists")
 def test_the_command_forks_its_parsers_before_importing_rules_and_analysis(tmp_path):
     """The rule plugins, the analysis and networkx load in the parent while
     the workers parse; the report is the same."""
@@ -253,7 +257,7 @@ def test_the_command_forks_its_parsers_before_importing_rules_and_analysis(tmp_p
     incident = CORPUS / "real_missing_rank_early_exit_fr"
     result = subprocess.run([sys.executable, "-c", FORK_SPY, "analyze", str(incident), "-f", "json", "--jobs", "2"],
                             capture_output=True, text=True, timeout=120, cwd=tmp_path,
-                            env={**__import__("os").environ, "FORENSICS_DISABLE_PLUGIN_AUTOLOAD": "1"})
+                            env={**os.environ, "FORENSICS_DISABLE_PLUGIN_AUTOLOAD": "1"})
     spied = json.loads(result.stderr.strip().splitlines()[-1])
     assert spied["before_fork"] == [[]]
     report = json.loads(result.stdout)
