@@ -138,7 +138,7 @@ def sniff(path: str, head: bytes) -> bool:
         if text is None:  # cannot look inside: claim only what is named like an NCCL log
             return "nccl" in os.path.basename(path).lower()
         head = text
-    if not head or b"\x00" in head[:8192] or looks_binary(head):
+    if not head or looks_binary(head):
         return False
     if b"\x1b" in head:
         head = _ANSI.sub(b"", head)

@@ -49,7 +49,7 @@ from ..model import Evidence, Frame, ProcessDump, ThreadStack
 from . import jsonwalk
 from .facts import Facts
 from .grammar import parser
-from .textio import ANSI_COLOUR, InputError, read_text
+from .textio import ANSI_COLOUR, InputError, has_nul, read_text
 
 KIND = "py-spy"
 KIND_JSON = "py-spy-json"
@@ -105,8 +105,8 @@ def sniff(path: str, head: bytes) -> str | None:
     owns_gil / os_thread_id / short_filename.
     """
     # Only a NUL rules a file out here: the patterns below are stricter than
-    # textio.looks_binary, which costs a Python loop over 8 KiB per file.
-    if not head or b"\x00" in head[:8192]:
+    # the control-byte count of textio.looks_binary, which is not needed.
+    if not head or has_nul(head):
         return None
     text = head[3:] if head.startswith(b"\xef\xbb\xbf") else head
     if b"\x1b" in text[:4096]:

@@ -26,7 +26,7 @@ from .. import model as m
 from ..model import Evidence
 from . import jsonwalk
 from .facts import Facts
-from .textio import InputError, looks_binary, read_text
+from .textio import InputError, has_nul, looks_binary, read_text
 
 KIND = "snapshot"
 SCHEMA = "forensics.snapshot/1"
@@ -58,7 +58,7 @@ _SNIFF_LITERALS = (b"current_op", b"waiting_for_ranks", b"op_seq", b"forensics.s
 
 
 def sniff(path: str, head: bytes) -> bool:
-    if head.find(b"\x00", 0, 8192) >= 0:  # binary (looks_binary): rejected before any scan of 64 KiB
+    if has_nul(head):  # binary: declined before any search of 64 KiB
         return False
     if not any(literal in head for literal in _SNIFF_LITERALS) or looks_binary(head):
         return False

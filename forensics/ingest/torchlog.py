@@ -69,7 +69,7 @@ from ..model import (DEFAULT_GROUP, CommOp, Evidence, GroupProgress, ProcessGrou
 from .facts import Facts
 from .cache import BoundedCache as _Cache
 from .grammar import parser
-from .textio import STREAM_ERRORS, InputError, looks_binary, open_binary
+from .textio import STREAM_ERRORS, InputError, has_nul, looks_binary, open_binary
 
 KIND = "torch-log"
 SOURCE = "torch"
@@ -120,7 +120,7 @@ _SNIFF_PREFIXES = re.compile(rb"[FEWIV]\d{3,4} \d\d:\d\d:\d\d\.\d{6}|\.(?:cpp|cc
 def sniff(path: str, head: bytes) -> bool:
     """c10 log prefixes, torchelastic's logging and failure summary, or the
     exceptions c10d raises. NCCL_DEBUG lines alone are the NCCL reader's."""
-    if head.find(b"\x00", 0, 8192) >= 0:  # binary (looks_binary): rejected before any scan of 64 KiB
+    if has_nul(head):  # binary: declined before any search of 64 KiB
         return False
     if _crash_report(head):  # a rank's stderr: a traceback through c10d, or a C++ abort
         return not looks_binary(head)
