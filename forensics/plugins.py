@@ -43,7 +43,8 @@ BUILTIN_PLUGINS = READER_PLUGINS + RULE_PLUGINS + (
 # What finding and reading files and choosing the output format call. A
 # set built with `defer_rules` answers these before its rule plugins are
 # imported; any other hook called through `call`, `each`, `first` or
-# `Plugins.hook` registers them first. No rule plugin implements one of these (tests/test_plugins.py).
+# `Plugins.hook` registers them first. No rule plugin implements one of
+# these (tests/test_plugins.py).
 EARLY_HOOKS = frozenset({"forensics_sniff", "forensics_parse", "forensics_report_formats"})
 AUTOLOAD_OFF = "FORENSICS_DISABLE_PLUGIN_AUTOLOAD"
 

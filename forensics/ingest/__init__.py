@@ -53,8 +53,11 @@ def discover(paths, plugins, full: bool = False, jobs: int = 1) -> tuple[list[Ar
 def _sniff_all(paths: list[str], plugins, jobs: int) -> list[tuple[list[str], str]]:
     """Sniff many files in worker processes: every reader looks at every
     head, so for 20,000 dumps this is seconds of CPU worth sharing."""
+    def sniff(some: list[str]) -> list[tuple[list[str], str]]:
+        return [_sniff(path, path, plugins) for path in some]
+
     if jobs <= 1 or len(paths) < SNIFF_PARALLEL_MIN:
-        return [_sniff(path, path, plugins) for path in paths]
+        return sniff(paths)
     chunks = [paths[i:i + 4 * CHUNK] for i in range(0, len(paths), 4 * CHUNK)]
     out: list = [None] * len(chunks)
     if workers.available():
@@ -62,14 +65,13 @@ def _sniff_all(paths: list[str], plugins, jobs: int) -> list[tuple[list[str], st
             out[index] = answers
 
         def died(index, how):  # sniffing reads 64 KiB: a worker dying is not the file's doing
-            return [_sniff(path, path, plugins) for path in chunks[index]]
+            return sniff(chunks[index])
 
-        workers.run(chunks, [len(c) for c in chunks], lambda c: [_sniff(p, p, plugins) for p in c],
-                    jobs, store, died)
+        workers.run(chunks, [len(c) for c in chunks], sniff, jobs, store, died)
     else:
         spec = plugins.clone_spec()
         if spec is None:
-            return [_sniff(path, path, plugins) for path in paths]
+            return sniff(paths)
         with _pool(jobs, spec) as pool:
             out = list(pool.map(_sniff_chunk, chunks))
     return [answer for answers in out for answer in answers]
