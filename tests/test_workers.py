@@ -170,3 +170,22 @@ def test_flight_recorder_run_imports_neither_lark_nor_yaml_parsers():
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_forked_sniffing_finds_what_one_process_finds(monkeypatch):
+    """Discovery of many files sniffs in forked workers (chunks of paths);
+    with the threshold lowered, a real incident folder is found the same."""
+    import forensics.ingest as ingest
+
+    incident = str(CORPUS / "real_collective_mismatch")
+    plugins = Plugins(autoload=False)
+    alone = ingest.discover([incident], plugins, jobs=1)
+    monkeypatch.setattr(ingest, "SNIFF_PARALLEL_MIN", 2)
+    monkeypatch.setattr(ingest, "CHUNK", 1)  # chunks of 4 paths: several tasks
+    handed = []
+    run = workers.run
+    monkeypatch.setattr(workers, "run", lambda tasks, *rest: handed.append(len(tasks)) or run(tasks, *rest))
+    forked = ingest.discover([incident], plugins, jobs=2)
+    assert handed and handed[0] > 1
+    assert forked == alone
+    assert len(alone[0]) > 8
