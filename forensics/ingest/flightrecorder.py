@@ -297,8 +297,9 @@ class _Table:
 
     A dump holds thousands of entries and a record needs a dozen of them, so
     the fields every decision needs are columns (read from all entries at
-    once, `map(dict.get, ...)` in C), and the rest (sizes, dtypes, frames,
-    timeout) is read from the raw entry of the few that reach the record."""
+    once with one `itemgetter`, in C: `_bulk`), and the rest (sizes, dtypes,
+    frames, timeout) is read from the raw entry of the few that reach the
+    record."""
 
     __slots__ = ("raw", "index", "rid", "gid", "pg_id", "desc", "name", "calls", "closes", "is_p2p", "seq",
                  "coll", "p2p", "state", "retired", "groups", "end", "members", "done", "timed_out", "timed")
