@@ -67,6 +67,7 @@ try:
 except ImportError:  # not a Unix: no address-space cap, so no fast path
     resource = None
 
+from .. import gc_paused
 from .textio import InputError, read_bytes
 
 MAX_BYTES = 512 << 20
@@ -204,7 +205,10 @@ def _load(data: bytes, display: str, max_bytes: int, max_depth: int, max_items: 
     if require_header and not (len(data) >= 2 and data[0] == 0x80 and 2 <= data[1] <= pickle.HIGHEST_PROTOCOL):
         raise InputError(display, "not a pickle: no protocol 2-5 header")
     nesting = _tuple_nesting_bound(data)
-    with _gc_paused():
+    # Building a dump makes ~10**5 containers and none of them cyclic:
+    # collections in the middle only cost time (a cyclic hostile file is
+    # collected after).
+    with gc_paused():
         value, built = fast_load(data, nesting)
         refused = None
         if built:
@@ -357,22 +361,6 @@ class _address_space:
         if self.saved is not None:
             resource.setrlimit(resource.RLIMIT_AS, self.saved)
             self.saved = None
-
-
-class _gc_paused:
-    """Building a dump makes ~10**5 containers and none of them cyclic:
-    collections in the middle only cost time (a cyclic hostile file is
-    collected after)."""
-
-    __slots__ = ("was",)
-
-    def __enter__(self):
-        self.was = gc.isenabled()
-        gc.disable()
-
-    def __exit__(self, *exc):
-        if self.was:
-            gc.enable()
 
 
 def scan(data: bytes, display: str, *, max_depth: int = MAX_DEPTH, max_items: int = MAX_ITEMS) -> int:
