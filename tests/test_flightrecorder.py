@@ -1076,3 +1076,99 @@ def test_integers_beyond_64_bits_never_reach_the_model(tmp_path):
     record = only(facts)
     assert facts.unrecognized == 2 and where(record.last_op) == ("all_reduce", "0", 3, "completed")
     assert record.last_op.sizes == ()
+
+
+# ---------------------------------------------------------------- the column path equals the entry path
+
+_ODD_VALUES = st.one_of(st.none(), st.booleans(), st.integers(-(2 ** 66), 2 ** 66), st.floats(allow_nan=False),
+                        st.text(max_size=3), st.sampled_from(fr._STATES), st.just(""), st.just([]), st.just({}),
+                        st.tuples(st.text(max_size=2), st.text(max_size=2)),
+                        st.lists(st.text(max_size=2), max_size=3), st.tuples(st.text(max_size=2)),
+                        st.tuples(st.text(max_size=2), st.text(max_size=2), st.text(max_size=2)))
+_NAMES = ("nccl:all_reduce", "gloo:broadcast", "nccl:send 0->1", "nccl:recv 1->0", "nccl:coalesced",
+          "gloo:allreduce_coalesced", "nccl:_reduce_scatter_base")
+
+
+@st.composite
+def _entry_lists(draw):
+    """Entries as dumps have them (every field of the right type), some with
+    a field changed to any plain value or removed: record ids in order or
+    shuffled, with repeats; one group or several."""
+    n = draw(st.integers(min_value=1, max_value=40))
+    start = draw(st.integers(min_value=-3, max_value=2 ** 64 - 100))
+    rids = [start + i for i in range(n)]
+    order = draw(st.sampled_from(["sorted", "shuffled", "repeats"]))
+    if order == "shuffled":
+        rids = draw(st.permutations(rids))
+    elif order == "repeats":
+        rids = sorted(draw(st.lists(st.sampled_from(rids), min_size=n, max_size=n)))
+    groups = draw(st.lists(st.sampled_from([("0", "default_pg"), ("1", "tp"), ("", ""), ("2", "")]),
+                           min_size=1, max_size=3, unique=True))
+    as_json = draw(st.booleans())  # JSON dumps have lists where pickles have tuples
+    entries = []
+    for rid in rids:
+        name = draw(st.sampled_from(_NAMES))
+        is_p2p = "send" in name or "recv" in name
+        group = draw(st.sampled_from(groups))
+        entry = {"record_id": rid, "profiling_name": name,
+                 "process_group": list(group) if as_json else group,
+                 "pg_id": draw(st.sampled_from([0, 1, None])) if len(groups) > 1 else 0, "is_p2p": is_p2p,
+                 "collective_seq_id": draw(st.integers(0, 50)), "p2p_seq_id": draw(st.integers(0, 50)),
+                 "state": draw(st.sampled_from(fr._STATES)), "retired": draw(st.booleans())}
+        entries.append(entry)
+    for _ in range(draw(st.integers(min_value=0, max_value=2))):
+        entry = draw(st.sampled_from(entries))
+        field = draw(st.sampled_from(sorted(entry)))
+        if draw(st.booleans()):
+            entry[field] = draw(_ODD_VALUES)
+        else:
+            del entry[field]
+    return entries
+
+
+@settings(max_examples=300, deadline=None)
+@given(entries=_entry_lists())
+def test_column_path_reads_what_the_entry_path_reads(entries):
+    """`_bulk` (all entries at once, a column at a time) either declines or
+    returns exactly the rows the entry-by-entry path builds, in the same
+    order; and it never declines a dump whose entries are all as torch
+    writes them."""
+    reader = fr._Reader(Facts(fr.KIND, "nccl_trace_rank_0"), "nccl_trace_rank_0", fr.Dump("pickle", entries))
+    rows = []
+    for index, raw in enumerate(entries):
+        try:
+            rows.append(reader.entry(index, raw))
+        except fr._BadEntry:
+            rows = None
+            break
+    columns = fr._bulk(entries)
+    clean = all(type(e) is dict and set(e) == set(_ENTRY_TYPES) and all(
+        type(e[k]) in _ENTRY_TYPES[k] for k in e) for e in entries) and all(
+        e["state"] in fr._STATES and e["profiling_name"] and len(e["process_group"]) == 2 for e in entries) and len(
+        {type(e["process_group"]) for e in entries}) == 1
+    if clean:
+        assert columns is not None
+    if columns is None:
+        return
+    assert rows is not None, "the column path took entries the entry path refuses"
+    rows.sort(key=lambda row: row[1])
+    assert [list(column) for column in columns] == [list(values) for values in zip(*rows)]
+
+
+_ENTRY_TYPES = {"record_id": {int}, "profiling_name": {str}, "process_group": {tuple, list}, "pg_id": {int, type(None)},
+                "is_p2p": {bool}, "collective_seq_id": {int}, "p2p_seq_id": {int}, "state": {str}, "retired": {bool}}
+
+
+@pytest.mark.parametrize("odd", [("0", "default_pg", "x"), ("0",), ["0", "default_pg"], ("0", 1), None])
+def test_column_path_declines_a_group_that_is_not_a_name_and_description(tmp_path, odd):
+    entries = [make_entry("2.10", i, "nccl:all_reduce", i + 1) for i in range(6)]
+    entries[3]["process_group"] = odd
+    assert fr._bulk(entries) is None
+    facts = one(tmp_path, entries)
+    if odd is None:  # pg_id still names the group
+        assert facts.unrecognized == 0
+    elif isinstance(odd, list):  # a list where the others are tuples: read entry by entry, all good
+        assert facts.unrecognized == 0
+    else:
+        assert facts.unrecognized == 1
+        assert any("entry 3: process_group" in d.message for d in facts.diagnostics)

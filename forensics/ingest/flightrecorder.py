@@ -53,7 +53,7 @@ import os
 import re
 import reprlib
 from dataclasses import dataclass
-from itertools import compress, repeat
+from itertools import compress
 from json.decoder import JSONDecodeError
 from operator import itemgetter, not_
 
@@ -359,14 +359,16 @@ def _bulk(raw: list):
             or set(map(type, states)) != {str} or not set(states) <= _STATE_SET):
         return None
     kinds = set(map(type, groups))
-    if kinds == {list}:
-        groups = list(map(tuple, groups))
-    elif kinds != {tuple}:
+    if kinds != {tuple} and kinds != {list}:  # pickles have tuples, JSON lists
         return None
-    if set(map(len, groups)) != {2}:
+    # Two columns, none shorter (zip stops at the shortest), and no more
+    # items than two each: every pair is a pair.
+    if sum(map(len, groups)) != 2 * n:
         return None
-    pg_names = list(map(itemgetter(0), groups))
-    descs = list(map(itemgetter(1), groups))
+    try:
+        pg_names, descs = zip(*groups)
+    except ValueError:
+        return None
     if set(map(type, pg_names)) != {str} or set(map(type, descs)) != {str}:
         return None
     if len(set(pg_names)) == 1 and len(set(descs)) == 1 and len(set(pg_ids)) == 1:
@@ -378,7 +380,7 @@ def _bulk(raw: list):
         gid, desc = map(list, zip(*map(named.__getitem__, pairs)))
     seq = [p if flag else c for flag, p, c in zip(is_p2p, p2p, coll)] if any(is_p2p) else coll
     columns = [range(n), rid, gid, pg_ids, desc, names, is_p2p, seq, coll, p2p, states, retired]
-    if all(map(int.__lt__, rid, rid[1:])):  # in record order, as a dump always is
+    if list(rid) == sorted(rid):  # in record order, as a dump always is (a sort of sorted ints is one pass)
         return columns if rid[0] >= _INT_MIN and rid[-1] < _INT_MAX else None
     if not _ints(rid):
         return None
@@ -529,7 +531,9 @@ class _Reader:
         last_seq: dict[str, int] = {}
         for gid, positions in table.groups.items():
             flags = table.column(table.is_p2p, positions)
-            seqs = list(compress(table.column(table.coll, positions), map(not_, flags)))
+            seqs = table.column(table.coll, positions)
+            if any(flags):
+                seqs = list(compress(seqs, map(not_, flags)))
             if seqs:
                 last_seq[gid] = max(seqs)
         if status is None:
@@ -669,7 +673,7 @@ class _Reader:
     def resolve(self, table: _Table, progress) -> None:
         """Which entries are done, which timed out, and which coalesced ops
         close which groups, a group at a time."""
-        done = table.done = list(map(str.__eq__, table.state, repeat("completed")))
+        done = table.done = [state == "completed" for state in table.state]
         timed: list[int] = []
         end = table.end
         for gid, positions in table.groups.items():
@@ -692,8 +696,9 @@ class _Reader:
         """Link a coalesced group's members to its closing entry: the
         consecutive entries before a `*coalesced` one with the same seq."""
         seqs = table.column(table.seq, positions)
-        if not (table.closes and any(map(table.closing, positions))) and not any(map(int.__eq__, seqs, seqs[1:])):
-            return  # the common case: no coalesced op, no two neighbours with one seq
+        if not (table.closes and any(map(table.closing, positions))) and (
+                len(set(seqs)) == len(seqs) or not any(map(int.__eq__, seqs, seqs[1:]))):
+            return  # the common case: no coalesced op, no two neighbours with one seq (no two at all: quicker)
         for at, pos in enumerate(positions):
             if not table.closing(pos):
                 continue
