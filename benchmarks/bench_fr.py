@@ -154,6 +154,18 @@ def forensics_env(work: str) -> dict:
     return env
 
 
+def editable_installs() -> list[str]:
+    """The .pth files of an editable install of forensics in this
+    interpreter's site-packages: they run at every start of `python`."""
+    import site
+    found = []
+    for folder in site.getsitepackages() + [site.getusersitepackages()]:
+        if os.path.isdir(folder):
+            found += sorted(name for name in os.listdir(folder)
+                            if name.endswith(".pth") and "editable" in name and "forensics" in name)
+    return found
+
+
 def warm_up(work: str, env: dict) -> None:
     """One untimed run over a 2-rank dump, so every module forensics imports
     is compiled into the bytecode cache before anything is timed."""
@@ -452,6 +464,13 @@ def main(argv=None) -> int:
     args.env = forensics_env(work)
     warm_up(work, args.env)
     print(f"forensics bytecode cached in {args.env['PYTHONPYCACHEPREFIX']} (one untimed warm-up run)")
+    print(f"forensics runs as {sys.executable} -m forensics, from {REPO}")
+    editable = editable_installs()
+    if editable:
+        print(f"note: this interpreter loads {', '.join(editable)} at start-up (an editable install): "
+              f"15-20 ms more per run than an installed copy pays, on this machine. For figures users "
+              f"see, run the benchmark from a plain venv: python3 -m venv /tmp/fxbench && "
+              f"/tmp/fxbench/bin/pip install . && /tmp/fxbench/bin/python benchmarks/bench_fr.py ...")
     rows: list = []
     try:
         for world in args.ranks:
