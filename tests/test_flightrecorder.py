@@ -1126,6 +1126,20 @@ def _entry_lists(draw):
     return entries
 
 
+_ENTRY_TYPES = {"record_id": {int}, "profiling_name": {str}, "process_group": {tuple, list},
+                "pg_id": {int, type(None)}, "is_p2p": {bool}, "collective_seq_id": {int}, "p2p_seq_id": {int},
+                "state": {str}, "retired": {bool}}
+
+
+def _as_torch_writes(entries) -> bool:
+    """Every entry has exactly the fields `_bulk` reads, each of the type
+    torch writes, and the process groups are all tuples or all lists."""
+    return all(type(e) is dict and set(e) == set(_ENTRY_TYPES)
+               and all(type(e[k]) in _ENTRY_TYPES[k] for k in e)
+               and e["state"] in fr._STATES and e["profiling_name"] and len(e["process_group"]) == 2
+               for e in entries) and len({type(e["process_group"]) for e in entries}) == 1
+
+
 @settings(max_examples=300, deadline=None)
 @given(entries=_entry_lists())
 def test_column_path_reads_what_the_entry_path_reads(entries):
@@ -1142,21 +1156,13 @@ def test_column_path_reads_what_the_entry_path_reads(entries):
             rows = None
             break
     columns = fr._bulk(entries)
-    clean = all(type(e) is dict and set(e) == set(_ENTRY_TYPES) and all(
-        type(e[k]) in _ENTRY_TYPES[k] for k in e) for e in entries) and all(
-        e["state"] in fr._STATES and e["profiling_name"] and len(e["process_group"]) == 2 for e in entries) and len(
-        {type(e["process_group"]) for e in entries}) == 1
-    if clean:
+    if _as_torch_writes(entries):
         assert columns is not None
     if columns is None:
         return
     assert rows is not None, "the column path took entries the entry path refuses"
     rows.sort(key=lambda row: row[1])
     assert [list(column) for column in columns] == [list(values) for values in zip(*rows)]
-
-
-_ENTRY_TYPES = {"record_id": {int}, "profiling_name": {str}, "process_group": {tuple, list}, "pg_id": {int, type(None)},
-                "is_p2p": {bool}, "collective_seq_id": {int}, "p2p_seq_id": {int}, "state": {str}, "retired": {bool}}
 
 
 @pytest.mark.parametrize("odd", [("0", "default_pg", "x"), ("0",), ["0", "default_pg"], ("0", 1), None])

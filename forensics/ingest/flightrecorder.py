@@ -361,8 +361,8 @@ def _bulk(raw: list):
     kinds = set(map(type, groups))
     if kinds != {tuple} and kinds != {list}:  # pickles have tuples, JSON lists
         return None
-    # Two columns, none shorter (zip stops at the shortest), and no more
-    # items than two each: every pair is a pair.
+    # Every group a pair: the lengths add up to 2n, and zip makes exactly
+    # two columns only when none is shorter than two (it stops at the shortest).
     if sum(map(len, groups)) != 2 * n:
         return None
     try:
