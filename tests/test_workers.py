@@ -11,7 +11,7 @@ import pytest
 
 import forensics
 from forensics.hookspecs import hookimpl
-from forensics.ingest import load_incident, workers
+from forensics.ingest import _parse_all, discover, load_incident, workers
 from forensics.plugins import Plugins
 from forensics.report import formats
 
@@ -96,6 +96,46 @@ def test_more_tasks_than_the_pipe_holds(monkeypatch):
     n = 20_000  # 80 KB of task records
     results, died = _run(list(range(n)), [1] * n, lambda task: task * 2)
     assert died == {} and results == {i: 2 * i for i in range(n)}
+
+
+SHARED = workers.SharedTuple(range(1000))  # forked workers inherit this very object
+PLAIN = tuple(range(1000))
+
+
+def test_a_shared_tuple_reaches_the_parent_once_per_worker():
+    def work(task):
+        fresh = workers.SharedTuple(range(task, task + 3))  # a new one in every result
+        return os.getpid(), task, SHARED, [SHARED, {"again": SHARED}], PLAIN, fresh, (fresh, fresh)
+
+    results, died = _run(list(range(40)), [1] * 40, work)
+    assert died == {} and sorted(results) == list(range(40))
+    by_worker: dict[int, set] = {}
+    for index, (pid, task, shared, nested, plain, fresh, pair) in results.items():
+        assert task == index and shared == PLAIN and nested == [PLAIN, {"again": PLAIN}] and plain == PLAIN
+        assert fresh == (task, task + 1, task + 2) and pair == (fresh, fresh)
+        assert nested[0] is shared and nested[1]["again"] is shared and pair[0] is pair[1] is fresh
+        assert type(shared) is workers.SharedTuple and type(plain) is tuple
+        by_worker.setdefault(pid, set()).add(id(shared))
+    assert len(by_worker) == 2
+    assert all(len(ids) == 1 for ids in by_worker.values())  # one copy per worker, whatever it sent
+    # A plain tuple is pickled into each result as before.
+    assert len({id(plain) for _, _, _, _, plain, _, _ in results.values()}) == 40
+    assert workers._SHARED == {}  # the parent's table goes with the run
+
+
+def test_flight_recorder_group_members_arrive_once_per_worker(tmp_path):
+    """Every dump of a 300-rank group names the same members: the parent gets
+    one tuple of them per worker, not one per dump."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import gen_fr_dumps
+
+    gen_fr_dumps.write(str(tmp_path), "missing", 300, 4, 1)
+    plugins = Plugins(autoload=False)
+    artifacts, _ = discover([str(tmp_path)], plugins, False, 2)
+    facts = [f for f in _parse_all(artifacts, plugins, 2) if not isinstance(f, tuple)]
+    members = [group.ranks for f in facts for group in f.groups if len(group.ranks) == 300]
+    assert len(members) == len(facts) == 300 and all(m == tuple(range(300)) for m in members)
+    assert len({id(m) for m in members}) <= 2
 
 
 class KillsItsProcess:

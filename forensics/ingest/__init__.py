@@ -301,7 +301,7 @@ def merge(facts: list[Facts], artifacts: tuple = (), diagnostics=()) -> Incident
             known = groups.get(group.id)
             if known is None or not known.ranks:
                 groups[group.id] = group
-            elif group.ranks and set(group.ranks) != set(known.ranks):
+            elif group.ranks and group.ranks != known.ranks and set(group.ranks) != set(known.ranks):
                 diagnostics.append(Diagnostic(item.path, 0,
                                               f"group {group.id!r} has ranks {list(group.ranks)} here but "
                                               f"{list(known.ranks)} elsewhere: the first is used"))

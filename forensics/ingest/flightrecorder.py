@@ -65,6 +65,7 @@ from .attribution import rank_from_path
 from .facts import Facts
 from .stacks import _library_file
 from .textio import InputError, read_bytes
+from .workers import SharedTuple
 
 KIND = "flight-recorder"
 SOURCE = "flight-recorder"
@@ -415,10 +416,11 @@ def _members(value) -> tuple[int, ...] | None:
 @functools.lru_cache(maxsize=64)
 def _members_of_text(text: str) -> tuple[int, ...] | None:
     """Cached by the text: every rank's dump repeats the same membership
-    strings, and one shared tuple per worker (pickled once per batch of
-    results) keeps 8,192 dumps of an 8,192-rank group from costing 8,192**2 ints."""
+    strings, and one shared tuple per worker (sent to the parent once, see
+    workers.SharedTuple) keeps 8,192 dumps of an 8,192-rank group from
+    costing 8,192**2 ints."""
     ranks = parse_ranks(text)
-    return None if ranks is None else tuple(sorted(set(ranks)))
+    return None if ranks is None else SharedTuple(sorted(set(ranks)))
 
 
 def rank_of(display: str) -> int | None:

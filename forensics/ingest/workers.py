@@ -27,10 +27,18 @@ started: that task gets an error naming the file and the signal, the other
 workers go on taking tasks, and whatever no worker took is parsed in the
 parent. Results travel as pickles between two copies of this program; no
 input is ever unpickled here.
+
+A tuple that a worker's results share goes to the parent once: every
+Flight Recorder dump of an 8,192-rank group names the same 8,192 members,
+and pickled into each result they were 8,192 copies of 8,192 ints in the
+parent (a peak of 2.8 GB) before merging kept one. A reader marks such a
+tuple as a `SharedTuple`; a worker sends it whole the first time and as
+(worker, number) after, and the parent hands out the one copy it has.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import pickle
 import select
@@ -50,6 +58,55 @@ _STARTED = 0       # a frame of this size: the worker started the task (a result
 # Writes of at most PIPE_BUF bytes are atomic, blocking or not: whole task
 # records always (POSIX guarantees 512; Linux has 4096).
 _PIPE_WRITE = max(_TASK, (getattr(select, "PIPE_BUF", 512) // _TASK) * _TASK)
+
+
+class SharedTuple(tuple):
+    """A tuple that many results hold (a group's members, the same in every
+    rank's dump): a worker sends it to the parent once and then only its
+    number. Equal to, and used as, a plain tuple."""
+
+    __slots__ = ()
+
+
+_SHARED: dict[tuple[int, int], SharedTuple] = {}  # in the parent: (worker pid, number) → the tuple
+
+
+def _shared_new(key: tuple[int, int], items: tuple) -> SharedTuple:
+    value = _SHARED[key] = SharedTuple(items)
+    return value
+
+
+def _shared_again(key: tuple[int, int]) -> SharedTuple:
+    return _SHARED[key]
+
+
+class _Sender:
+    """Pickles a worker's results. Only SharedTuple goes through Python
+    code here (the pickler's dispatch table); everything else is the C
+    pickler's own, as fast as `pickle.dumps`."""
+
+    def __init__(self):
+        self.buffer = io.BytesIO()
+        self.pickler = pickle.Pickler(self.buffer, protocol=pickle.HIGHEST_PROTOCOL)
+        self.pickler.dispatch_table = {SharedTuple: self.reduce}
+        self.numbers: dict[int, tuple[int, SharedTuple]] = {}  # id → (number, the tuple, kept so ids stay unique)
+        self.pid = os.getpid()
+
+    def reduce(self, value: SharedTuple):
+        known = self.numbers.get(id(value))
+        if known is not None:
+            return _shared_again, ((self.pid, known[0]),)
+        number = len(self.numbers)
+        self.numbers[id(value)] = (number, value)
+        return _shared_new, ((self.pid, number), tuple(value))
+
+    def blob(self, result) -> bytes:
+        """`result` pickled on its own (the memo is cleared each time)."""
+        self.buffer.seek(0)
+        self.buffer.truncate()
+        self.pickler.clear_memo()
+        self.pickler.dump(result)
+        return self.buffer.getvalue()
 
 
 def available() -> bool:
@@ -77,6 +134,7 @@ def run(tasks: list, costs: list[int], work, jobs: int, on_result, on_died, mean
     os.set_blocking(task_write, False)
     written = _write_some(task_write, records)
     children: dict[int, int] = {}  # result read fd -> worker pid
+    pids: set[int] = set()  # every worker this run forked
     feeder = None
     try:
         for _ in range(min(jobs, len(tasks))):
@@ -90,6 +148,7 @@ def run(tasks: list, costs: list[int], work, jobs: int, on_result, on_died, mean
                 _child(task_read, write_fd, tasks, work)
             os.close(write_fd)
             children[read_fd] = pid
+            pids.add(pid)
         os.close(task_read)
         task_read = -1
         if written < len(records):  # more tasks than the pipe holds: a thread hands out the rest
@@ -108,6 +167,8 @@ def run(tasks: list, costs: list[int], work, jobs: int, on_result, on_died, mean
             if index not in answered:
                 on_result(index, work(tasks[index]))
     finally:
+        for key in [key for key in _SHARED if key[0] in pids]:  # the results keep what they use
+            del _SHARED[key]
         for read_fd, pid in children.items():  # interrupted: end our own workers
             try:
                 os.kill(pid, signal.SIGTERM)
@@ -163,6 +224,7 @@ def _child(task_fd: int, write_fd: int, tasks: list, work) -> None:
     code = 0
     try:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C: the parent reports it and ends us
+        sender = _Sender()
         with os.fdopen(write_fd, "wb", buffering=1 << 16) as out:
             while True:
                 record = os.read(task_fd, _TASK)
@@ -172,7 +234,7 @@ def _child(task_fd: int, write_fd: int, tasks: list, work) -> None:
                 # The previous result leaves in the same write as this notice.
                 out.write(index.to_bytes(4, "little") + _STARTED.to_bytes(8, "little"))
                 out.flush()
-                blob = pickle.dumps(work(tasks[index]), protocol=pickle.HIGHEST_PROTOCOL)
+                blob = sender.blob(work(tasks[index]))
                 out.write(index.to_bytes(4, "little") + len(blob).to_bytes(8, "little"))
                 out.write(blob)
     except BaseException:  # noqa: BLE001 - the parent sees the task started and unanswered, and says so
