@@ -33,12 +33,13 @@ Flight Recorder dump of an 8,192-rank group names the same 8,192 members,
 and pickled into each result they were 8,192 copies of 8,192 ints in the
 parent (a peak of 2.8 GB) before merging kept one. A reader marks such a
 tuple as a `SharedTuple`; a worker sends it whole the first time and as
-(worker, number) after, and the parent hands out the one copy it has.
+(run, worker, number) after, and the parent hands out the one copy it has.
 """
 
 from __future__ import annotations
 
 import io
+import itertools
 import os
 import pickle
 import select
@@ -68,15 +69,16 @@ class SharedTuple(tuple):
     __slots__ = ()
 
 
-_SHARED: dict[tuple[int, int], SharedTuple] = {}  # in the parent: (worker pid, number) → the tuple
+_SHARED: dict[tuple, SharedTuple] = {}  # in the parent: (run, worker, number) → the tuple
+_RUNS = itertools.count()  # one number per call of `run` in this process
 
 
-def _shared_new(key: tuple[int, int], items: tuple) -> SharedTuple:
+def _shared_new(key: tuple, items: tuple) -> SharedTuple:
     value = _SHARED[key] = SharedTuple(items)
     return value
 
 
-def _shared_again(key: tuple[int, int]) -> SharedTuple:
+def _shared_again(key: tuple) -> SharedTuple:
     return _SHARED[key]
 
 
@@ -85,20 +87,20 @@ class _Sender:
     code here (the pickler's dispatch table); everything else is the C
     pickler's own, as fast as `pickle.dumps`."""
 
-    def __init__(self):
+    def __init__(self, worker: tuple[int, int]):
+        self.worker = worker  # (run, worker): unique in the parent, whatever pids the system reuses
         self.buffer = io.BytesIO()
         self.pickler = pickle.Pickler(self.buffer, protocol=pickle.HIGHEST_PROTOCOL)
         self.pickler.dispatch_table = {SharedTuple: self.reduce}
         self.numbers: dict[int, tuple[int, SharedTuple]] = {}  # id → (number, the tuple, kept so ids stay unique)
-        self.pid = os.getpid()
 
     def reduce(self, value: SharedTuple):
         known = self.numbers.get(id(value))
         if known is not None:
-            return _shared_again, ((self.pid, known[0]),)
+            return _shared_again, ((*self.worker, known[0]),)
         number = len(self.numbers)
         self.numbers[id(value)] = (number, value)
-        return _shared_new, ((self.pid, number), tuple(value))
+        return _shared_new, ((*self.worker, number), tuple(value))
 
     def blob(self, result) -> bytes:
         """`result` pickled on its own (the memo is cleared each time)."""
@@ -134,10 +136,10 @@ def run(tasks: list, costs: list[int], work, jobs: int, on_result, on_died, mean
     os.set_blocking(task_write, False)
     written = _write_some(task_write, records)
     children: dict[int, int] = {}  # result read fd -> worker pid
-    pids: set[int] = set()  # every worker this run forked
+    run_number = next(_RUNS)
     feeder = None
     try:
-        for _ in range(min(jobs, len(tasks))):
+        for slot in range(min(jobs, len(tasks))):
             read_fd, write_fd = os.pipe()
             pid = os.fork()
             if pid == 0:  # the worker: never returns
@@ -145,10 +147,9 @@ def run(tasks: list, costs: list[int], work, jobs: int, on_result, on_died, mean
                 os.close(task_write)
                 for other in children:
                     os.close(other)
-                _child(task_read, write_fd, tasks, work)
+                _child(task_read, write_fd, tasks, work, (run_number, slot))
             os.close(write_fd)
             children[read_fd] = pid
-            pids.add(pid)
         os.close(task_read)
         task_read = -1
         if written < len(records):  # more tasks than the pipe holds: a thread hands out the rest
@@ -167,7 +168,7 @@ def run(tasks: list, costs: list[int], work, jobs: int, on_result, on_died, mean
             if index not in answered:
                 on_result(index, work(tasks[index]))
     finally:
-        for key in [key for key in _SHARED if key[0] in pids]:  # the results keep what they use
+        for key in [key for key in _SHARED if key[0] == run_number]:  # the results keep what they use
             del _SHARED[key]
         for read_fd, pid in children.items():  # interrupted: end our own workers
             try:
@@ -220,11 +221,11 @@ def _feed(fd: int, data: bytes, done: int) -> None:
         os.close(fd)
 
 
-def _child(task_fd: int, write_fd: int, tasks: list, work) -> None:
+def _child(task_fd: int, write_fd: int, tasks: list, work, worker: tuple[int, int]) -> None:
     code = 0
     try:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C: the parent reports it and ends us
-        sender = _Sender()
+        sender = _Sender(worker)
         with os.fdopen(write_fd, "wb", buffering=1 << 16) as out:
             while True:
                 record = os.read(task_fd, _TASK)
