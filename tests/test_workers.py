@@ -17,6 +17,9 @@ from forensics.report import formats
 
 from conftest import CORPUS, ROOT as REPO
 
+sys.path.insert(0, str(REPO / "benchmarks"))
+import gen_fr_dumps  # noqa: E402
+
 pytestmark = pytest.mark.skipif(not workers.available(), reason="no fork on this platform")
 
 FR_DUMPS = CORPUS / "real_collective_mismatch" / "fr"
@@ -131,9 +134,6 @@ def test_a_shared_tuple_reaches_the_parent_once_per_worker():
 def test_flight_recorder_group_members_arrive_once_per_worker(tmp_path):
     """Every dump of a 300-rank group names the same members: the parent gets
     one tuple of them per worker, not one per dump."""
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    import gen_fr_dumps
-
     gen_fr_dumps.write(str(tmp_path), "missing", 300, 4, 1)
     plugins = Plugins(autoload=False)
     artifacts, _ = discover([str(tmp_path)], plugins, False, 2)
