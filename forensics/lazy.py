@@ -33,3 +33,9 @@ def module(name: str):
 # inspects every attribute (and so would import it).
 yaml = module("yaml")
 lark = module("lark")
+
+
+def yaml_safe_loader():
+    """libyaml's safe loader when PyYAML was built with it (the same YAML,
+    parsed in C), else PyYAML's own. Reading it imports PyYAML."""
+    return getattr(yaml, "CSafeLoader", yaml.SafeLoader)

@@ -57,7 +57,7 @@ def find_incidents(root: str) -> list[str]:
 def load_expected(path: str) -> dict:
     try:
         with open(path, encoding="utf-8") as handle:
-            data = lazy.yaml.load(handle, Loader=getattr(lazy.yaml, "CSafeLoader", lazy.yaml.SafeLoader))
+            data = lazy.yaml.load(handle, Loader=lazy.yaml_safe_loader())
     except lazy.yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         raise InputError(path, f"invalid YAML: {exc.problem}", mark.line + 1 if mark else 0) from None

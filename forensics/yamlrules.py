@@ -279,11 +279,6 @@ def read_rule_file(path: str, display: str | None = None, validate: bool = True)
     return parse_rule_text(text, display, validate)
 
 
-# libyaml's safe loader when PyYAML was built with it (the same YAML, parsed in C), else PyYAML's own.
-def _loader():
-    return getattr(lazy.yaml, "CSafeLoader", lazy.yaml.SafeLoader)
-
-
 def _yaml_problem(exc: lazy.yaml.MarkedYAMLError) -> str:
     parts = [p for p in (exc.context, exc.problem) if p]
     return ", ".join(parts) or "invalid YAML"
@@ -292,7 +287,7 @@ def _yaml_problem(exc: lazy.yaml.MarkedYAMLError) -> str:
 def _refuse_anchors(text: str, display: str) -> None:
     """Scan the event stream (nothing is built) for anchors and aliases: a
     rule file never needs them, and they are how YAML bombs expand."""
-    for event in lazy.yaml.parse(text, Loader=_loader()):
+    for event in lazy.yaml.parse(text, Loader=lazy.yaml_safe_loader()):
         if isinstance(event, lazy.yaml.AliasEvent) or getattr(event, "anchor", None):
             line, col = event.start_mark.line + 1, event.start_mark.column + 1
             what = f"alias *{event.anchor}" if isinstance(event, lazy.yaml.AliasEvent) else f"anchor &{event.anchor}"
@@ -302,7 +297,7 @@ def _refuse_anchors(text: str, display: str) -> None:
 def parse_rule_text(text: str, display: str, validate: bool = True) -> tuple[dict, object]:
     try:
         _refuse_anchors(text, display)
-        root = lazy.yaml.compose(text, Loader=_loader())
+        root = lazy.yaml.compose(text, Loader=lazy.yaml_safe_loader())
     except RuleError as exc:
         raise RuleFileErrors([exc]) from None
     except lazy.yaml.MarkedYAMLError as exc:
@@ -320,7 +315,7 @@ def parse_rule_text(text: str, display: str, validate: bool = True) -> tuple[dic
     except RuleError as exc:
         raise RuleFileErrors([exc]) from None
     try:
-        data = lazy.yaml.load(text, Loader=_loader())  # aliases refused above: nothing to expand
+        data = lazy.yaml.load(text, Loader=lazy.yaml_safe_loader())  # aliases refused above: nothing to expand
     except lazy.yaml.MarkedYAMLError as exc:  # a tag the safe loader will not build
         mark = exc.problem_mark or exc.context_mark
         line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)

@@ -32,7 +32,7 @@ def parse(path: str, display: str) -> Facts:
     facts = Facts(KIND, display)
     try:
         data = json.loads(text) if text.lstrip().startswith("{") else lazy.yaml.load(
-            text, Loader=getattr(lazy.yaml, "CSafeLoader", lazy.yaml.SafeLoader))
+            text, Loader=lazy.yaml_safe_loader())
     except json.JSONDecodeError as exc:
         raise InputError(display, f"invalid JSON: {exc.msg}", exc.lineno) from None
     except lazy.yaml.MarkedYAMLError as exc:
@@ -71,4 +71,3 @@ def _line_of(lines: list[str], key: str) -> int:
 forensics_sniff, forensics_parse = reader_hooks(
     {KIND: lambda artifact: parse(artifact.path, artifact.display)},
     lambda path, head: KIND if sniff(path, head) else None)
-

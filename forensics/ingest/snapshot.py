@@ -134,7 +134,7 @@ def _lines(offsets, line_of) -> dict:
 # ---------------------------------------------------------------- YAML with lines
 
 def _yaml_members(text: str, display: str) -> tuple[dict, dict]:
-    loader_cls = getattr(lazy.yaml, "CSafeLoader", lazy.yaml.SafeLoader)
+    loader_cls = lazy.yaml_safe_loader()
     try:
         node = lazy.yaml.compose(text, Loader=loader_cls)
         value = lazy.yaml.load(text, Loader=loader_cls)
