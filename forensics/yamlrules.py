@@ -809,24 +809,16 @@ class _Index:
         self.by_blocked: dict[bool, list] = {True: [], False: []}
         for state in self.states:
             self.by_blocked[state.is_blocked].append(state)
-        self._by_activity: dict | None = None
-        self._by_op: dict | None = None
         self._hits: dict = {}
 
-    def by_activity(self) -> dict:
-        if self._by_activity is None:
-            self._by_activity = {}
+    def _by(self, key: str, value_of) -> dict:
+        """The ranks split by `value_of(state)`, built on first use."""
+        found = self._hits.get(key)
+        if found is None:
+            found = self._hits[key] = {}
             for state in self.states:
-                self._by_activity.setdefault(state.activity, []).append(state)
-        return self._by_activity
-
-    def by_op(self) -> dict:
-        if self._by_op is None:
-            self._by_op = {}
-            for state in self.states:
-                op = state.current_op
-                self._by_op.setdefault(op.op if op is not None else None, []).append(state)
-        return self._by_op
+                found.setdefault(value_of(state), []).append(state)
+        return found
 
     def candidates(self, test: "RankTest") -> list:
         """A superset of the ranks `test` can match, in rank order (each is
@@ -835,9 +827,9 @@ class _Index:
         if test.ranks:
             options.append([self.incident.ranks[r] for r in sorted(test.ranks) if r in self.incident.ranks])
         if test.activities:
-            options.append(self._union(self.by_activity(), test.activities))
+            options.append(self._union(self._by("activity", lambda s: s.activity), test.activities))
         if test.ops and not test.ops & {"collective", "p2p"}:
-            options.append(self._union(self.by_op(), test.ops))
+            options.append(self._union(self._by("op", _op_name), test.ops))
         if test.log is not None:  # a log test needs log lines
             options.append(self._having("logged", lambda s: s.log_events))
         if test.frames:  # a frame test needs frames
@@ -874,6 +866,10 @@ class _Index:
         if sum(1 for f in found if f) <= 1:
             return next((list(f) for f in found if f), [])
         return sorted((s for f in found for s in f), key=lambda s: s.rank)
+
+
+def _op_name(state: m.RankState) -> str | None:
+    return state.current_op.op if state.current_op is not None else None
 
 
 def _index(incident: m.Incident) -> _Index:
