@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 
-from . import explain
+from . import confidence, explain
 from .graph import GraphAnalysis, analyze_graph, build_graph
-from .model import Finding, Incident
+from .model import Confidence, Finding, Incident
 from .ruledocs import catalogue
 from .ranking import VERDICT_OF_KIND, VERDICT_ORDER, link_symptoms, rank_findings
 
@@ -34,6 +34,10 @@ class Report:
     decided_by: list = field(default_factory=list)  # StuckSignals that made waiting a hang
     diagnostics: list = field(default_factory=list)
     rules: dict = field(default_factory=dict)  # rule id → RuleDoc, for the findings' titles and docs
+    # The blamed processes: `culprit_ranks` as processes, plus those known
+    # only by host, pid or address.
+    culprits: list = field(default_factory=list)
+    confidence: Confidence | None = None
 
     @property
     def exit_code(self) -> int:
@@ -58,7 +62,7 @@ def analyze_incident(incident: Incident, plugins) -> Report:
     findings = plugins.call("forensics_findings", incident=incident)
     analysis = analyze_graph(build_graph(edges, incident), incident)
     findings += plugins.call("forensics_graph_findings", incident=incident, analysis=analysis)
-    findings = [with_stacks(f, incident) for f in settle_knots(findings, analysis)]
+    findings = [with_stacks(f, incident) for f in defer_stated(settle_knots(findings, analysis))]
     findings = rank_findings(findings)
     verdict, lead = decide(findings, incident, analysis)
     findings = link_symptoms(findings, lead, analysis.graph)
@@ -75,9 +79,26 @@ def analyze_incident(incident: Incident, plugins) -> Report:
         decided_by=list(incident.stuck) if verdict == "missing_rank" else [],
         diagnostics=list(incident.diagnostics))
     report.rules = catalogue(plugins)
+    report.culprits = confidence.culprit_processes(findings, verdict, incident, VERDICT_OF_KIND)
+    report.confidence = confidence.assess(report)
     _merge_plugin_diagnostics(report, plugins)
     root.narrative = {lang: explain.narrative(report, lang) for lang in explain.LANGS}
     return report
+
+
+STATED = "stated-"  # rules/stated_cause.py: causes read from what a message says
+
+
+def defer_stated(findings: list[Finding]) -> list[Finding]:
+    """A cause a message states yields to the same verdict drawn from rank
+    states (that one has the whole picture); it stays, as a warning, to
+    corroborate."""
+    structural = {VERDICT_OF_KIND[f.kind] for f in findings if f.severity == "error"
+                  and f.kind in VERDICT_OF_KIND and not f.rule.startswith(STATED)}
+    if not structural:
+        return findings
+    return [replace(f, severity="warning") if f.severity == "error" and f.rule.startswith(STATED)
+            and VERDICT_OF_KIND.get(f.kind) in structural else f for f in findings]
 
 
 _CYCLE_KINDS = frozenset(kind for kind, verdict in VERDICT_OF_KIND.items() if verdict == "deadlock")

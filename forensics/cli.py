@@ -104,6 +104,19 @@ def build_parser(plugin_set=None) -> argparse.ArgumentParser:
     check.add_argument("files", nargs="+", metavar="FILE")
     test = rules_sub.add_parser("test", help="run the inline tests of YAML rules (default: the shipped ones)")
     test.add_argument("files", nargs="*", metavar="FILE")
+
+    msgs = sub.add_parser("messages", help="the catalogue of PyTorch, NCCL and Gloo messages that state a cause")
+    msgs_sub = msgs.add_subparsers(dest="messages_command", metavar="ACTION", parser_class=_Parser)
+    msg_list = msgs_sub.add_parser("list", help="every message: id, project, cause, versions, source")
+    msg_list.add_argument("--format", "-f", choices=("text", "json"), default="text")
+    msg_list.add_argument("--project", choices=("pytorch", "nccl", "gloo"))
+    msg_list.add_argument("--cause", metavar="CAUSE", help="only messages of this cause class")
+    msg_show = msgs_sub.add_parser("show", help="one message: wordings, example, what it proves")
+    msg_show.add_argument("message_id", metavar="ID")
+    msg_show.add_argument("--lang", choices=("en", "zh"), default="en")
+    msg_check = msgs_sub.add_parser("check", help="check catalogue files: every example yields its facts "
+                                                  "(exit 0 valid, 1 not)")
+    msg_check.add_argument("files", nargs="*", metavar="FILE")
     return parser
 
 
@@ -173,6 +186,10 @@ def _main(argv, plugins=None) -> int:
         if args.rules_command is None:
             parser.parse_args(["rules", "--help"])
         return _rules(args)
+    if args.command == "messages":
+        if args.messages_command is None:
+            parser.parse_args(["messages", "--help"])
+        return _messages(args)
     return EXIT_INPUT  # pragma: no cover - argparse rejects unknown commands
 
 
@@ -401,6 +418,32 @@ def _rules(args) -> int:
         print(f"forensics: no rule {args.rule_id!r} (see 'forensics rules list')", file=sys.stderr)
         return EXIT_INPUT
     sys.stdout.write(_rule_page(doc, args.lang))
+    return EXIT_OK
+
+
+def _messages(args) -> int:
+    from . import messages
+
+    if args.messages_command == "check":
+        return messages.main(["check", *args.files])
+    entries = messages.catalogue().entries
+    if args.messages_command == "list":
+        chosen = [e for e in entries if (args.project is None or e.project == args.project)
+                  and (args.cause is None or e.cause == args.cause)]
+        if args.format == "json":
+            import json
+            sys.stdout.write(json.dumps([e.to_json() for e in chosen], ensure_ascii=False, indent=2) + "\n")
+            return EXIT_OK
+        width = max((len(e.id) for e in chosen), default=2)
+        lines = [f"{'id':<{width}}  {'project':<7}  {'cause':<19}  {'versions':<11}  source"]
+        lines += [f"{e.id:<{width}}  {e.project:<7}  {e.cause:<19}  {e.versions:<11}  {e.source}" for e in chosen]
+        sys.stdout.write("\n".join(lines) + f"\n{len(chosen)} message(s)\n")
+        return EXIT_OK
+    entry = messages.catalogue().get(args.message_id)
+    if entry is None:
+        print(f"forensics: no message {args.message_id!r} (see 'forensics messages list')", file=sys.stderr)
+        return EXIT_INPUT
+    sys.stdout.write(messages.page(entry, args.lang))
     return EXIT_OK
 
 

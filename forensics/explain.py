@@ -24,17 +24,34 @@ _HEADLINE = {
     "cross_stream_cycle": ("Deadlock: CUDA streams of rank {ranks} wait on each other's events in a cycle "
                            "({cycle}).",
                            "死锁：Rank {ranks} 的 CUDA Stream 通过 Event 形成循环等待（{cycle}）。"),
-    "collective_mismatch": ("Collective mismatch: rank {ranks} called a different collective than the rest "
+    "collective_mismatch": ("Collective mismatch: {who} called a different collective than the rest "
                             "of its group at the same position.",
-                            "集合通信失配：Rank {ranks} 在同一位置调用了与组内其他 Rank 不同的集合通信。"),
-    "dead_rank": ("Dead rank: rank {ranks} has exited while others still wait for it.",
-                  "成员退出：Rank {ranks} 已退出，其他 Rank 仍在等待它。"),
-    "missing_rank": ("Missing rank: everyone waits for rank {ranks}, which never joined the call.",
-                     "成员缺失：所有人都在等待 Rank {ranks}，它始终没有进入该通信调用。"),
+                            "集合通信失配：{who} 在同一位置调用了与组内其他 Rank 不同的集合通信。"),
+    "dead_rank": ("Dead rank: {who} has exited while others still wait for it.",
+                  "成员退出：{who} 已退出，其他 Rank 仍在等待它。"),
+    "missing_rank": ("Missing rank: everyone waits for {who}, which never joined the call.",
+                     "成员缺失：所有人都在等待 {who}，它始终没有进入该通信调用。"),
     "network_fault": ("Network fault: every member joined but nothing completes; the first transport "
-                      "error came from rank {ranks}.",
-                      "网络故障：所有成员都已加入但通信无法完成；最早的传输错误来自 Rank {ranks}。"),
+                      "error came from {who}.",
+                      "网络故障：所有成员都已加入但通信无法完成；最早的传输错误来自 {who}。"),
 }
+
+# Verdicts read from what a message states (rules/stated_cause.py): the
+# rank states behind the generic headlines may be unknown.
+_STATED_HEADLINE = {
+    "stated-network-fault": ("Network fault: the transport to {who} failed, as the logs state.",
+                             "网络故障：日志表明通往 {who} 的传输失败。"),
+    "stated-peer-gone": ("Dead peer: {who} went away, and the others lost their connections to it.",
+                         "对端消失：{who} 已离开，其他进程与它的连接随之断开。"),
+    "stated-crash": ("Crash: {who} died of its own error; the others can only time out.",
+                     "崩溃：{who} 因自身错误退出；其他进程只能等到超时。"),
+    "stated-missing-rank": ("Missing rank: {who} never arrived, as the logs state.",
+                            "成员缺失：日志表明 {who} 始终没有到达。"),
+    "stated-collective-mismatch": ("Collective mismatch: {who} called a different collective than its "
+                                   "group, as the logs state.",
+                                   "集合通信失配：日志表明 {who} 调用了与组内不同的集合通信。"),
+}
+_STATED_SKIPS_WHY = ("stated-network-fault", "stated-missing-rank")
 
 _WHY = {
     "p2p_circular_wait": (
@@ -113,6 +130,7 @@ _LABELS = {
            "inconclusive": "Inconclusive: the artifacts show no rank waiting on another, so there is "
                            "nothing to explain the hang.",
            "inconclusive_empty": "Inconclusive: no rank states were found in the artifacts.",
+           "decide": "What would decide it",
            "stuck": "{s} of {n} rank(s) can never progress.",
            "waiting": "{w} of {n} rank(s) wait for others.",
            "all_joined": " {b} rank(s) are inside communication calls that every member has joined, yet "
@@ -128,6 +146,7 @@ _LABELS = {
            "healthy_wait": "其中 {w} 个 Rank 正在等待仍在工作的 Rank，单个快照中这属于正常推进；若作业确实卡住，请加 --hung 重新分析。",
            "inconclusive": "无法判定：产物中没有任何 Rank 在等待其他 Rank，无法解释挂起。",
            "inconclusive_empty": "无法判定：产物中没有找到任何 Rank 的状态。",
+           "decide": "可以判定的产物",
            "stuck": "{n} 个 Rank 中有 {s} 个永远无法推进。",
            "waiting": "{n} 个 Rank 中有 {w} 个在等待其他 Rank。",
            "all_joined": "有 {b} 个 Rank 处于所有成员都已加入的通信调用中，但作业仍然卡住：怀疑是传输层（网络故障），"
@@ -142,13 +161,11 @@ def narrative(report, lang: str = "en") -> str:
     n_ranks = len(report.incident.ranks)
     if lead is None:
         if report.verdict == "inconclusive":
-            if not n_ranks:
-                return labels["inconclusive_empty"]
+            text = labels["inconclusive_empty"] if not n_ranks else labels["inconclusive"]
             blocked = sum(1 for s in report.incident.ranks.values() if s.is_blocked)
-            text = labels["inconclusive"]
             if blocked:
                 text += labels["all_joined"].format(b=blocked)
-            return text
+            return text + _would_decide(report, labels, zh)
         text = labels["healthy"].format(n=n_ranks)
         waiting = len(report.analysis.waiting)
         if waiting and not report.incident.stuck:
@@ -156,8 +173,9 @@ def narrative(report, lang: str = "en") -> str:
         return text
 
     cycle = report.cycles[0] if report.cycles else []
-    headline = _HEADLINE.get(lead.kind, _HEADLINE.get(report.verdict, ("{ranks}", "{ranks}")))[1 if zh else 0]
-    lines = [headline.format(ranks=compact(report.culprit_ranks), cycle=path_label(cycle))]
+    headline = (_STATED_HEADLINE.get(lead.rule) or _HEADLINE.get(lead.kind)
+                or _HEADLINE.get(report.verdict, ("{ranks}", "{ranks}")))[1 if zh else 0]
+    lines = [headline.format(ranks=compact(report.culprit_ranks), who=_who(report, zh), cycle=path_label(cycle))]
     incident = report.incident
     # What is stuck: where the stuck (or, waiting on a rank that is elsewhere, the waiting) ranks are.
     culprit_set = set(report.culprit_ranks)
@@ -184,12 +202,17 @@ def narrative(report, lang: str = "en") -> str:
             lines.append("  - " + _whereabouts(incident.ranks[rank], zh))
         if len(culprits) > MAX_PLACES:
             lines.append("  " + labels["more"].format(n=len(culprits) - MAX_PLACES))
+    elsewhere = [c for c in report.culprits if c.rank is None or c.rank not in incident.ranks]
+    if elsewhere:
+        if not culprits:
+            lines.append(f"{title}:")
+        lines.extend(f"  - {c.label()}" for c in elsewhere[:MAX_PLACES])
     # Why: the chain the lead rule found, what makes it hang, which cause it is.
     lines.append(lead.message_zh if zh and lead.message_zh else lead.message)
-    why = _WHY.get(lead.kind)
+    why = None if lead.rule in _STATED_SKIPS_WHY else _WHY.get(lead.kind)
     if why:
         lines.append(why[1 if zh else 0])
-    cause = _CAUSE.get(lead.kind)
+    cause = None if lead.rule in _STATED_SKIPS_WHY else _CAUSE.get(lead.kind)
     if cause:
         lines.append(f"{labels['cause']}: {cause[1 if zh else 0]}")
     for finding in report.findings:
@@ -224,6 +247,23 @@ def narrative(report, lang: str = "en") -> str:
     if hint:
         lines.append(f"{labels['next']}: {hint}")
     return "\n".join(lines)
+
+
+def _who(report, zh: bool) -> str:
+    """'rank 1,3' — or, when the culprits are known only by host or address, those."""
+    if report.culprit_ranks:
+        return f"{'Rank' if zh else 'rank'} {compact(report.culprit_ranks)}"
+    if report.culprits:
+        return "; ".join(c.label() for c in report.culprits[:3])
+    return "某个未能识别的进程" if zh else "an unidentified process"
+
+
+def _would_decide(report, labels, zh: bool) -> str:
+    sure = report.confidence
+    if sure is None or not sure.missing:
+        return ""
+    wanted = sure.missing_zh if zh and sure.missing_zh else sure.missing
+    return "\n" + labels["decide"] + ":\n" + "\n".join(f"  - {item}" for item in wanted)
 
 
 def _places(incident, ranks: list[int], zh: bool) -> list[str]:

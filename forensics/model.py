@@ -103,6 +103,70 @@ class ProcessDump:
     evidence: Evidence | None = None
     rank_hint: int | None = None
     truncated: bool = False
+    # The stack of a process that ended with it: an uncaught exception's
+    # traceback, faulthandler's dump on a fatal signal, `pystack core`. It
+    # says where the process was when it died, not that it is still there.
+    exited: bool = False
+    signal: str = ""  # the fatal signal such a dump names ("SIGABRT"), when it does
+
+
+# --------------------------------------------------------------------------
+# Messages
+
+
+@dataclass(frozen=True, slots=True)
+class MessageHit:
+    """One line that a message catalogue entry (rules/messages/) recognizes.
+
+    `facts` are the entry's named groups, normalized ((name, value) pairs,
+    values int, str or tuple of ints). `rank`, `host` and `pid` say which
+    process printed the line, where the line or its file says so; ingest
+    attributes the rest.
+    """
+
+    id: str
+    facts: tuple[tuple[str, object], ...]
+    evidence: Evidence
+    rank: int | None = None
+    host: str = ""
+    pid: int | None = None
+    local_rank: int | None = None
+
+    def fact(self, name: str, default=None):
+        for key, value in self.facts:
+            if key == name:
+                return value
+        return default
+
+
+@dataclass(frozen=True, slots=True)
+class Culprit:
+    """A process the evidence blames, as far as the evidence identifies it:
+    a rank, or only a host, a pid, a peer address (`ip:port`, an IB GID) or a
+    node. `culprit_ranks` of the report are the culprits that have a rank."""
+
+    rank: int | None = None
+    host: str = ""
+    pid: int | None = None
+    addr: str = ""
+    node: str = ""
+
+    def to_json(self) -> dict:
+        out: dict = {}
+        if self.rank is not None:
+            out["rank"] = self.rank
+        for name in ("host", "pid", "addr", "node"):
+            value = getattr(self, name)
+            if value not in ("", None):
+                out[name] = value
+        return out
+
+    def label(self) -> str:
+        parts = [f"rank {self.rank}"] if self.rank is not None else []
+        parts += [f"{name} {value}" for name, value in (("host", self.host), ("pid", self.pid),
+                                                        ("addr", self.addr), ("node", self.node))
+                  if value not in ("", None)]
+        return ", ".join(parts) or "unknown process"
 
 
 # --------------------------------------------------------------------------
@@ -382,6 +446,9 @@ class Incident:
     # Stack dumps no rank could be attributed to: still shown, never dropped.
     unattributed: tuple[ProcessDump, ...] = ()
     read: tuple[ReadStats, ...] = ()
+    # What the catalogue recognized in any artifact, each attributed to a
+    # global rank where its prefixes, file name or a pid map allow.
+    messages: tuple[MessageHit, ...] = ()
 
     def members(self, group: str) -> tuple[int, ...]:
         """Global ranks of `group`; the world when the group is unknown."""
@@ -460,6 +527,14 @@ class Finding:
     # Set when this finding tells more about the leading finding's culprit
     # ranks (why the missing rank is elsewhere) without bearing a verdict.
     detail_of: str = ""
+    # The processes blamed, where the evidence identifies them by more (or
+    # other) than a rank number: a host, a pid, a peer address.
+    culprits: tuple[Culprit, ...] = ()
+    # How sure the rule is, when it knows better than the analysis would
+    # judge from the incident's shape: "high" | "medium" | "low", and why.
+    confidence: str = ""
+    confidence_reason: str = ""
+    confidence_reason_zh: str = ""
 
     def to_json(self) -> dict:
         out = {"rule": self.rule, "kind": self.kind, "severity": self.severity,
@@ -469,4 +544,25 @@ class Finding:
             out["symptom_of"] = self.symptom_of
         if self.detail_of:
             out["detail_of"] = self.detail_of
+        if self.culprits:
+            out["culprits"] = [c.to_json() for c in self.culprits]
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Confidence:
+    """How sure the verdict is, in one line, and for an undecided one which
+    artifacts would decide it."""
+
+    level: str  # high | medium | low
+    reason: str
+    reason_zh: str = ""
+    missing: tuple[str, ...] = ()
+    missing_zh: tuple[str, ...] = ()
+
+    def to_json(self, lang: str = "en") -> dict:
+        zh = lang == "zh"
+        out = {"level": self.level, "reason": self.reason_zh if zh and self.reason_zh else self.reason}
+        if self.missing:
+            out["missing"] = list(self.missing_zh if zh and self.missing_zh else self.missing)
         return out

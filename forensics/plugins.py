@@ -22,6 +22,7 @@ READER_PLUGINS = (
     "forensics.ingest.nccl",
     "forensics.ingest.torchlog",
     "forensics.ingest.flightrecorder",
+    "forensics.ingest.statements",
 )
 RULE_PLUGINS = (
     "forensics.rules.declared_waits",
@@ -35,6 +36,7 @@ RULE_PLUGINS = (
     "forensics.rules.async_ops",
     "forensics.rules.transport_mismatch",
     "forensics.rules.shared_communicator",
+    "forensics.rules.stated_cause",
     "forensics.yamlrules",  # the shipped YAML rules (top-level rules/, package forensics.rules_data)
 )
 BUILTIN_PLUGINS = READER_PLUGINS + RULE_PLUGINS + (

@@ -284,6 +284,7 @@ def merge(facts: list[Facts], artifacts: tuple = (), diagnostics=()) -> Incident
     rings: list = []
     stated = PidMap()
     listed: dict[int, tuple[str, int, Evidence]] = {}  # rank → where an artifact says it exists
+    messages: dict[tuple, m.MessageHit] = {}  # one hit per (entry, file, line), whichever reader saw it
     for index in order:
         item = facts[index]
         diagnostics.extend(item.diagnostics)
@@ -292,6 +293,8 @@ def merge(facts: list[Facts], artifacts: tuple = (), diagnostics=()) -> Incident
         records.extend(item.records)
         comm_members.extend(item.comm_members)
         rings.extend(item.rings)
+        for hit in item.messages:
+            messages.setdefault((hit.id, hit.evidence.path, hit.evidence.line), hit)
         for host, pid, rank, evidence in item.pid_ranks:
             stated.add(host, pid, rank, evidence.cite())
             listed.setdefault(rank, (host, pid, evidence))
@@ -322,8 +325,44 @@ def merge(facts: list[Facts], artifacts: tuple = (), diagnostics=()) -> Incident
     _check_references(ranks, groups, diagnostics)
     read = tuple(m.ReadStats(f.path, f.kind, f.lines_read, f.unrecognized) for f in facts)
     return Incident(ranks=dict(sorted(ranks.items())), groups=groups, artifacts=tuple(artifacts),
-                    diagnostics=tuple(diagnostics), stuck=tuple(stuck),
-                    unattributed=tuple(unattributed), read=read)
+                    diagnostics=tuple(diagnostics), stuck=_distinct_signals(stuck),
+                    unattributed=tuple(unattributed), read=read,
+                    messages=_attribute_messages(messages.values(), stated, ranks))
+
+
+def _distinct_signals(stuck: list[StuckSignal]) -> tuple[StuckSignal, ...]:
+    """One stuck signal per line of evidence: the first reader's (a c10d
+    log's watchdog line is read by the torch-log reader and by the
+    catalogue's both)."""
+    seen: set = set()
+    out = []
+    for signal in stuck:
+        key = (signal.evidence.path, signal.evidence.line) if signal.evidence and signal.evidence.line else id(signal)
+        if key not in seen:
+            seen.add(key)
+            out.append(signal)
+    return tuple(out)
+
+
+def _attribute_messages(hits, stated: PidMap, ranks: dict) -> tuple[m.MessageHit, ...]:
+    """Each hit with the global rank of the process that printed it, where
+    its host:pid is in a pid map or is a rank's own; the rest keep None."""
+    by_process = {(s.host, s.pid): r for r, s in ranks.items() if s.pid is not None}
+    by_pid: dict[int, set[int]] = {}
+    for r, s in ranks.items():
+        if s.pid is not None:
+            by_pid.setdefault(s.pid, set()).add(r)
+    out = []
+    for hit in hits:
+        if hit.rank is None and hit.pid is not None:
+            found = stated.lookup(hit.host, hit.pid)
+            rank = found[0] if found else by_process.get((hit.host, hit.pid))
+            if rank is None and len(by_pid.get(hit.pid, ())) == 1:
+                rank = next(iter(by_pid[hit.pid]))
+            if rank is not None:
+                hit = replace(hit, rank=rank)
+        out.append(hit)
+    return tuple(sorted(out, key=lambda h: (h.evidence.path, h.evidence.line < 0, h.evidence.line)))
 
 
 def _merge_records(records, comm_members, stated, learned, ranks, groups, diagnostics) -> None:

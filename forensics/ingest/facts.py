@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..model import Diagnostic, Evidence, ProcessDump, ProcessGroup, ProcessRecord, RankState, StuckSignal
+from ..model import Diagnostic, Evidence, MessageHit, ProcessDump, ProcessGroup, ProcessRecord, RankState, StuckSignal
 
 
 @dataclass(slots=True)
@@ -31,6 +31,9 @@ class Facts:
     rings: list[tuple[str, int, tuple[int, ...], Evidence]] = field(default_factory=list)
     # Lines that looked like this kind's lines but could not be read, and all
     # lines read, per file: the report shows the counts, nothing is dropped silently.
+    # Lines the message catalogue (rules/messages/) recognizes: what PyTorch,
+    # NCCL and Gloo state outright about a timeout, a dead peer, a mismatch.
+    messages: list[MessageHit] = field(default_factory=list)
     unrecognized: int = 0
     lines_read: int = 0
     # When the artifact was taken (epoch seconds), for ordering snapshots of

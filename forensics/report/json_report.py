@@ -48,6 +48,8 @@ def to_dict(report, lang: str = "en") -> dict:
         "schema": SCHEMA,
         "verdict": report.verdict,
         "culprit_ranks": list(report.culprit_ranks),
+        "culprits": [c.to_json() for c in report.culprits],
+        "confidence": report.confidence.to_json(lang) if report.confidence else None,
         "cycles": [[node_json(n) for n in cycle] for cycle in report.cycles],
         "root_cause": {
             "kind": root.kind,

@@ -135,6 +135,14 @@ def blocks(report, lang: str = "en") -> list:
                     "verdict.problem" if report.exit_code else "verdict.ok"))
     for cycle in report.cycles[:5]:
         out.append(Line(("环路: " if zh else "cycle: ") + path_label(cycle), "cycle"))
+    named = report.culprits if any(c.rank is None for c in report.culprits) else []
+    if named:
+        out.append(Line(("罪魁进程: " if zh else "culprit processes: ")
+                        + "; ".join(c.label() for c in named[:8]) + (" …" if len(named) > 8 else ""), "narrative"))
+    if report.confidence is not None:
+        sure = report.confidence
+        out.append(Line(("可信度: " if zh else "confidence: ") + f"{sure.level} — "
+                        + (sure.reason_zh if zh and sure.reason_zh else sure.reason), "dim"))
     out.append(Line())
     narrative = report.root_cause.narrative.get(lang) or report.root_cause.narrative.get("en", "")
     out.extend(Line(line, "headline" if index == 0 else "narrative")

@@ -1,0 +1,112 @@
+"""How sure a verdict is, and what would decide an undecided one.
+
+A fragment from one rank can decide when the message itself states the
+cause; a verdict drawn from rank states is as good as the states it had.
+The lead finding's rule may say how sure it is (a monitored barrier naming
+ranks: high); otherwise the shape of the incident decides: a cycle needs no
+more evidence, a wait on a rank that sent nothing does.
+"""
+
+from __future__ import annotations
+
+from .model import UNKNOWN, Confidence, Culprit
+from .ranges import compact
+
+
+def silent_ranks(incident) -> list[int]:
+    """Ranks some artifact lists but none describes (no stack, log or dump of their own)."""
+    return [r for r, s in incident.ranks.items()
+            if s.activity == UNKNOWN and s.current_op is None and not s.threads and s.alive is None]
+
+
+def assess(report) -> Confidence:
+    lead = report.root_cause.finding
+    if lead is not None and lead.confidence:
+        return Confidence(lead.confidence, lead.confidence_reason, lead.confidence_reason_zh)
+    incident = report.incident
+    verdict = report.verdict
+    silent = silent_ranks(incident)
+    if verdict == "deadlock":
+        return Confidence("high", "the waits form a cycle: no order of events can resolve it",
+                          "等待关系构成环：任何事件顺序都无法解开")
+    if verdict == "collective_mismatch":
+        return Confidence("high", "the ranks' own records show different calls at the same position of one group",
+                          "各 Rank 自己的记录显示同一组的同一位置上调用不同")
+    if verdict in ("missing_rank", "dead_rank", "network_fault"):
+        if silent:
+            return Confidence(
+                "medium", f"{len(silent)} rank(s) sent no artifact of their own ({compact(silent)}): "
+                          "what they were doing is inferred from the others' waits",
+                f"{len(silent)} 个 Rank 没有任何自己的产物（{compact(silent)}）：它们的状态是从其他 Rank 的等待推断的",
+                (f"stack dumps (py-spy dump) or logs of rank {compact(silent)}",),
+                (f"Rank {compact(silent)} 的栈（py-spy dump）或日志",))
+        kinds = {s.kind for s in report.decided_by}
+        if verdict == "missing_rank" and kinds == {"cli_hung"}:
+            return Confidence("medium", "judged stuck only because --hung says so; the states are read, not timed",
+                              "仅因 --hung 判定为卡住；各 Rank 状态来自产物，没有时间上的证据",
+                              ("a second snapshot a minute later, or the watchdog's timeout lines",),
+                              ("一分钟后的第二个快照，或看门狗的超时日志",))
+        return Confidence("high", "every member involved was read from its own artifacts",
+                          "涉及的每个成员都有自己的产物可读")
+    if verdict == "healthy":
+        if report.analysis.waiting and not incident.stuck:
+            return Confidence("medium", "one snapshot: ranks waiting on ranks that still work may be progressing",
+                              "单个快照：等待仍在工作的 Rank 的 Rank 可能正在推进",
+                              ("a second snapshot, or --hung if the job is known to be stuck",),
+                              ("第二个快照；若确知作业卡住，加 --hung",))
+        return Confidence("high" if not silent else "medium",
+                          "no rank is blocked in a way that cannot resolve" if not silent else
+                          f"no rank read is blocked, but rank {compact(silent)} sent nothing",
+                          "没有 Rank 处于无法解除的阻塞" if not silent else f"读到的 Rank 都没有阻塞，但 Rank {compact(silent)} 没有产物")
+    missing, missing_zh = would_decide(report)
+    return Confidence("low", "nothing read states a cause or shows who waits on whom",
+                      "读到的内容既未说明原因，也看不出谁在等谁", missing, missing_zh)
+
+
+def would_decide(report) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The artifacts that would decide an inconclusive incident."""
+    incident = report.incident
+    if not incident.ranks:
+        return (("stack dumps (py-spy dump --pid PID) or the c10d / NCCL logs of the ranks",),
+                ("各 Rank 的栈（py-spy dump --pid PID）或 c10d / NCCL 日志",))
+    out, out_zh = [], []
+    for group in sorted({s.current_op.group or "0" for s in incident.ranks.values() if s.is_blocked}):
+        members = incident.members(group)
+        described = {r for r, s in incident.ranks.items() if r not in silent_ranks(incident)}
+        absent = [r for r in members if r not in described]
+        pg = incident.groups.get(group)
+        if absent:
+            out.append(f"stack dumps or logs of rank {compact(absent)} (members of group {group} with nothing read)")
+            out_zh.append(f"Rank {compact(absent)} 的栈或日志（通信组 {group} 中没有任何产物的成员）")
+        elif pg is None or not pg.ranks:
+            out.append(f"stack dumps or logs of the other members of group {group} (its size is not known from these files)")
+            out_zh.append(f"通信组 {group} 其他成员的栈或日志（这些文件看不出该组的大小）")
+    if not out:
+        out.append("Flight Recorder dumps (TORCH_NCCL_TRACE_BUFFER_SIZE) or NCCL_DEBUG=INFO logs of every rank")
+        out_zh.append("每个 Rank 的 Flight Recorder dump（TORCH_NCCL_TRACE_BUFFER_SIZE）或 NCCL_DEBUG=INFO 日志")
+    return tuple(out), tuple(out_zh)
+
+
+def culprit_processes(findings, verdict: str, incident, verdict_of) -> list[Culprit]:
+    """The processes the verdict blames: every culprit the bearing findings
+    name, and a Culprit (with host and pid where known) for each rank they
+    name without one."""
+    out: dict = {}
+    for finding in findings:
+        if finding.severity != "error" or verdict_of.get(finding.kind) != verdict:
+            continue
+        for culprit in finding.culprits:
+            out.setdefault(_key(culprit), culprit)
+        for rank in finding.ranks:
+            if ("rank", rank) not in out:
+                state = incident.ranks.get(rank)
+                out[("rank", rank)] = Culprit(rank=rank, host=state.host if state else "",
+                                              pid=state.pid if state else None)
+    return sorted(out.values(), key=lambda c: (c.rank is None, c.rank if c.rank is not None else 0,
+                                               c.host, c.addr, c.pid or 0))
+
+
+def _key(culprit: Culprit) -> tuple:
+    if culprit.rank is not None:
+        return ("rank", culprit.rank)
+    return ("process", culprit.host, culprit.pid, culprit.addr, culprit.node)

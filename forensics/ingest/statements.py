@@ -1,0 +1,131 @@
+"""Lines that state a cause, in any text file: the message catalogue's reader.
+
+A user's folder often holds only fragments — WARN lines pasted from three
+hosts, one rank's stderr, a traceback — in files no structured reader
+claims, or whose decisive line sits where a structured reader does not look.
+This reader claims every text file whose head holds a line the catalogue
+(rules/messages/) knows, finds every such line in the file with one search
+per file, and records each as a `MessageHit`, tagged with the process that
+printed it as far as the line's prefixes say: a launcher's `[rank3]:` or
+`[default3]:`, Ray's `(pid=N)`, NCCL's `host:pid:tid [dev]`, or the rank in
+the file's name. What the lines mean is decided by rules (rules/stated_cause.py).
+"""
+
+from __future__ import annotations
+
+from ..messages import catalogue
+from ..model import Evidence, MessageHit, StuckSignal
+from .facts import Facts
+from .nccl import _PREFIX as _NCCL_PREFIX
+from .reader import reader_hooks
+from .textio import (STREAM_ERRORS, InputError, compression, file_size, has_nul, looks_binary, open_binary,
+                     read_at_most)
+from .torchlog import _ANSI, _OUTER
+
+KIND = "messages"
+HEAD_WINDOW = 8 << 20    # a big file: its first 8 MiB (init lines, the first errors) …
+TAIL_WINDOW = 56 << 20   # … and its last 56 MiB (where it stopped) are searched
+KEEP_PER_ENTRY = 32      # hits of one entry kept per file: the first and the last halves
+MAX_LINE = 64 * 1024
+
+
+def sniff(path: str, head: bytes) -> str | None:
+    if has_nul(head) or looks_binary(head):
+        return None
+    return KIND if catalogue().mentions(head.decode("utf-8", "replace")) else None
+
+
+def parse(artifact) -> Facts:
+    facts = Facts(KIND, artifact.display)
+    windows, skipped = _read(artifact.path, artifact.display)
+    if skipped:
+        facts.diag(0, f"{skipped} bytes in the middle of this {file_size(artifact.path)}-byte file were not "
+                      f"searched for stated causes (its first {HEAD_WINDOW >> 20} MiB and last "
+                      f"{TAIL_WINDOW >> 20} MiB were; lines of the last are numbered back from the end, "
+                      f"-1 being the last line)", "info")
+    cat = catalogue()
+    kept: dict[str, list[MessageHit]] = {}
+    dropped: dict[str, int] = {}
+    lines = 0
+    for number, line in ((n if last is None else n - last - 1, line)
+                         for text, last in windows for n, line in cat.lines_with_literals(text)):
+        lines += 1
+        if len(line) > MAX_LINE:
+            facts.diag(number, f"line of {len(line)} characters not searched for stated causes (limit {MAX_LINE})")
+            continue
+        if "\x1b" in line:
+            line = _ANSI.sub("", line)
+        rank, local_rank, host, pid, body = _prefixes(line)
+        if rank is None and local_rank is None:
+            rank = artifact.rank_hint
+        for entry, found in cat.match(body):
+            hit = MessageHit(entry.id, tuple(sorted(found.items())), Evidence(artifact.display, number, line.strip()[:2000]),
+                             rank, host, pid, local_rank)
+            bucket = kept.setdefault(entry.id, [])
+            if len(bucket) < KEEP_PER_ENTRY:
+                bucket.append(hit)
+            else:  # keep the first half and a sliding last half
+                bucket.pop(KEEP_PER_ENTRY // 2)
+                bucket.append(hit)
+                dropped[entry.id] = dropped.get(entry.id, 0) + 1
+            if entry.stuck:
+                facts.stuck.append(StuckSignal("stated_stuck", f"{entry.en} ({entry.id})", hit.evidence,
+                                               f"{entry.zh}（{entry.id}）"))
+    for entry_id, count in dropped.items():
+        facts.diag(0, f"{count} more lines of message {entry_id} not kept (the first and last "
+                      f"{KEEP_PER_ENTRY // 2} are)", "info")
+    facts.messages = sorted((h for hs in kept.values() for h in hs),
+                            key=lambda h: (h.evidence.line < 0, h.evidence.line))
+    del facts.stuck[200:]
+    facts.lines_read = lines
+    return facts
+
+
+def _read(path: str, display: str) -> tuple[list[tuple[str, int | None]], int]:
+    """The file's text as windows (text, None) — or, for a big file, its
+    head and its tail (text, lines in it), whose lines are numbered back
+    from the end (-1 is the last) — and how many bytes were left between
+    them. A compressed file gives its first windows' worth: it cannot seek."""
+    size = file_size(path)
+    try:
+        with open_binary(path) as handle:
+            if size <= HEAD_WINDOW + TAIL_WINDOW or compression(path):
+                return [(read_at_most(handle, HEAD_WINDOW + TAIL_WINDOW).decode("utf-8", "replace"), None)], 0
+            head = read_at_most(handle, HEAD_WINDOW)
+            handle.seek(size - TAIL_WINDOW)
+            tail = read_at_most(handle, TAIL_WINDOW)
+    except STREAM_ERRORS as exc:
+        raise InputError(display, f"cannot read: {exc}") from None
+    tail = tail[tail.find(b"\n") + 1:]
+    tail_lines = tail.count(b"\n") + (bool(tail) and not tail.endswith(b"\n"))
+    return ([(head.decode("utf-8", "replace"), None), (tail.decode("utf-8", "replace"), tail_lines)],
+            size - len(head) - len(tail))
+
+
+def _prefixes(line: str) -> tuple[int | None, int | None, str, int | None, str]:
+    """(global rank, local rank, host, pid, the rest) from a line's outer
+    launcher prefixes and NCCL's `host:pid:tid [dev]` prefix."""
+    rank = local_rank = pid = None
+    host = ""
+    position = 0
+    while True:
+        found = _OUTER.match(line, position)
+        if found is None:
+            break
+        if found["rank"] is not None:
+            rank = int(found["rank"])
+        elif found["local"] is not None:
+            local_rank = int(found["local"])
+        elif found["pid"] is not None:
+            pid = int(found["pid"])
+        position = found.end()
+    body = line[position:]
+    if "NCCL " in body:
+        nccl = _NCCL_PREFIX.match(body.lstrip().encode("utf-8", "replace")[:2048])
+        if nccl is not None:
+            host = nccl["host"].decode("utf-8", "replace")
+            pid = int(nccl["pid"])
+    return rank, local_rank, host, pid, body
+
+
+forensics_sniff, forensics_parse = reader_hooks({KIND: parse}, sniff)

@@ -1,0 +1,502 @@
+"""The message catalogue: what PyTorch, NCCL and Gloo already say.
+
+Most hangs and crashes are stated outright somewhere: a monitored barrier
+names the rank that did not arrive, Gloo names the peer that closed its
+socket, NCCL names the peer an InfiniBand request failed for. The catalogue
+(`rules/messages/*.yaml`, data in one place) lists every such message: where
+it comes from, which versions print it and in which wording, one example
+line, and what it proves. Readers run lines through `Catalogue.match`; rules
+read the resulting `MessageHit`s; `forensics messages` and the docs print it;
+`python -m forensics.messages check FILE…` checks entries (every example must
+yield exactly its stated facts).
+
+An entry:
+
+    - id: nccl-ib-completion-error     # unique; prefix by area (nccl-, gloo-, c10d-, elastic-, …)
+      project: nccl                    # nccl | pytorch | gloo
+      source: src/transport/net_ib.cc  # the file of that project that prints it
+      versions: "2.19-2.28"
+      level: WARN
+      match: "NET/IB : Got completion from peer"   # literal(s) every matching line holds
+      patterns: ['… (?P<peer_addr>\\S+) with error (?P<error>\\d+) …']  # one per wording
+      variants: ["2.19-2.23: …"]       # which version printed which wording
+      example: "node-a:2741:2790 [3] NCCL WARN NET/IB : Got completion from peer …"
+      facts: {peer_addr: "10.1.0.12<48212>", error: 12}
+      proves: {cause: network_fault, stuck: false, blames: peer, knock_on: false}
+      en: "…"
+      zh: "…"
+
+Named groups are normalized (see FIELD_KINDS): ranks and counters become
+ints, `op` the canonical op name, `ranks` a tuple of ints, `op_count_hex`
+the int `op_count`, seconds become `*_ms`, signals their `SIGXXX` names.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import sys
+import time
+from dataclasses import dataclass, field
+
+from .model import Evidence, MessageHit, normalize_op
+
+CAUSES = ("hang", "timeout", "network_fault", "peer_died", "collective_mismatch", "missing_rank",
+          "crash", "oom", "config", "init_failure", "abort", "info")
+BLAMES = ("self", "peer", "ranks", "host", "none")
+PROJECTS = ("pytorch", "nccl", "gloo")
+
+_INT_FIELDS = ("rank", "peer_rank", "seq", "pid", "peer_pid", "local_rank", "nranks", "world_size",
+               "timeout_ms", "elapsed_ms", "exit_code", "last_enqueued", "last_started", "last_completed",
+               "device", "vendor_err", "channel", "numel", "count", "root", "op_count")
+_STR_FIELDS = ("group", "group_desc", "host", "peer_host", "peer_addr", "addr", "comm_id", "error_text",
+               "exception", "dtype", "sizes", "state", "store_key", "interface", "transport", "function")
+# name → how its text becomes a value
+FIELD_KINDS = {**dict.fromkeys(_INT_FIELDS, "int"), **dict.fromkeys(_STR_FIELDS, "str"),
+               "error": "int_or_str", "op": "op", "ranks": "ranks", "signal": "signal",
+               "op_count_hex": "hex", "timeout_s": "seconds", "elapsed_s": "seconds"}
+_RENAMED = {"op_count_hex": "op_count", "timeout_s": "timeout_ms", "elapsed_s": "elapsed_ms"}
+_SIGNALS = {1: "SIGHUP", 2: "SIGINT", 3: "SIGQUIT", 4: "SIGILL", 6: "SIGABRT", 7: "SIGBUS", 8: "SIGFPE",
+            9: "SIGKILL", 11: "SIGSEGV", 13: "SIGPIPE", 14: "SIGALRM", 15: "SIGTERM"}
+_REQUIRED = ("id", "project", "source", "versions", "level", "match", "patterns", "example", "facts",
+             "proves", "en", "zh")
+_OPTIONAL = ("variants", "notes")
+_ID = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
+SLOW_MS = 50.0  # a pattern taking longer than this on a hostile 64 KiB line is a defect
+
+
+class CatalogueError(Exception):
+    """Problems in catalogue files: `problems` are (path, line, message)."""
+
+    def __init__(self, problems: list[tuple[str, int, str]]):
+        self.problems = problems
+        super().__init__("; ".join(f"{p}:{n}: {m}" for p, n, m in problems[:5]))
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    id: str
+    project: str
+    source: str
+    versions: str
+    level: str
+    match: tuple[str, ...]
+    patterns: tuple[re.Pattern, ...]
+    example: str
+    facts: dict
+    cause: str
+    stuck: bool
+    blames: str
+    knock_on: bool
+    en: str
+    zh: str
+    variants: tuple[str, ...] = ()
+    path: str = ""
+    line: int = 0
+
+    def extract(self, line: str) -> dict | None:
+        """The normalized facts of `line`, or None when no wording matches."""
+        if not any(literal in line for literal in self.match):
+            return None
+        for pattern in self.patterns:
+            found = pattern.search(line)
+            if found is not None:
+                return normalize(found.groupdict())
+        return None
+
+    def to_json(self) -> dict:
+        return {"id": self.id, "project": self.project, "source": self.source, "versions": self.versions,
+                "level": self.level, "match": list(self.match), "patterns": [p.pattern for p in self.patterns],
+                "variants": list(self.variants), "example": self.example, "facts": _jsonable(self.facts),
+                "proves": {"cause": self.cause, "stuck": self.stuck, "blames": self.blames,
+                           "knock_on": self.knock_on},
+                "en": self.en, "zh": self.zh}
+
+
+def _jsonable(facts: dict) -> dict:
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in facts.items()}
+
+
+def normalize(groups: dict) -> dict:
+    """Named groups of a match → facts (groups that did not take part are left out)."""
+    out: dict = {}
+    for name, text in groups.items():
+        if text is None:
+            continue
+        value = _value(FIELD_KINDS.get(name, "str"), text.strip())
+        if value is None:
+            continue
+        out[_RENAMED.get(name, name)] = value
+    return out
+
+
+_INT = re.compile(r"[+-]?\d+")
+_RANK_LIST = re.compile(r"\d+")
+
+
+def _value(kind: str, text: str):
+    if kind == "str":
+        return text
+    if kind == "int":
+        if text.lower().startswith("0x"):
+            return _hex(text[2:])
+        return int(text) if _INT.fullmatch(text) else None
+    if kind == "int_or_str":
+        return int(text) if _INT.fullmatch(text) else text
+    if kind == "hex":
+        return _hex(text[2:] if text.lower().startswith("0x") else text)
+    if kind == "seconds":
+        try:
+            return round(float(text) * 1000)
+        except ValueError:
+            return None
+    if kind == "op":
+        return normalize_op(text)
+    if kind == "ranks":
+        return tuple(sorted({int(n) for n in _RANK_LIST.findall(text)}))
+    if kind == "signal":
+        return _signal(text)
+    return text
+
+
+def _hex(text: str) -> int | None:
+    try:
+        return int(text, 16)
+    except ValueError:
+        return None
+
+
+def _signal(text: str) -> str:
+    name = text.strip().upper().rsplit(".", 1)[-1]
+    if name.lstrip("-").isdigit():
+        return _SIGNALS.get(abs(int(name)), f"signal {abs(int(name))}")
+    return name if name.startswith("SIG") else "SIG" + name
+
+
+# ---------------------------------------------------------------- the catalogue
+
+
+class Catalogue:
+    """Every entry, and a matcher that tries only entries whose literals a line holds."""
+
+    def __init__(self, entries: list[Entry]):
+        self.entries = entries
+        self.by_id = {e.id: e for e in entries}
+        self._order = {e.id: i for i, e in enumerate(entries)}
+        by_literal: dict[str, list[Entry]] = {}
+        for entry in entries:
+            for literal in entry.match:
+                by_literal.setdefault(literal, []).append(entry)
+        self._by_literal = by_literal
+        # Longest literals first, so that one that contains another is found as itself.
+        literals = sorted(by_literal, key=len, reverse=True)
+        self._any = re.compile("|".join(map(re.escape, literals))) if literals else None
+
+    def get(self, entry_id: str) -> Entry | None:
+        return self.by_id.get(entry_id)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def mentions(self, text: str) -> bool:
+        """Whether any entry's literal occurs in `text`."""
+        return self._any is not None and self._any.search(text) is not None
+
+    def candidates(self, line: str) -> list[Entry]:
+        """Entries one of whose literals the line holds, in catalogue order."""
+        if self._any is None or self._any.search(line) is None:
+            return []
+        found = {id(e): e for literal, es in self._by_literal.items() if literal in line for e in es}
+        return sorted(found.values(), key=lambda e: self._order[e.id])
+
+    def match(self, line: str) -> list[tuple[Entry, dict]]:
+        out = []
+        for entry in self.candidates(line):
+            facts = entry.extract(line)
+            if facts is not None:
+                out.append((entry, facts))
+        return out
+
+    def lines_with_literals(self, text: str):
+        """(1-based line number, line) of each line of `text` holding any
+        entry's literal: one C-speed search over the text, not a loop over lines."""
+        if self._any is None:
+            return
+        number, position, last_start = 1, 0, -1
+        for found in self._any.finditer(text):
+            start = text.rfind("\n", 0, found.start()) + 1
+            if start == last_start:
+                continue
+            number += text.count("\n", position, start)
+            position = start
+            end = text.find("\n", found.end())
+            last_start = start
+            yield number, text[start:] if end < 0 else text[start:end]
+
+
+def hits(lines, display: str, first_line: int = 1, rank: int | None = None, host: str = "",
+         pid: int | None = None, local_rank: int | None = None) -> list[MessageHit]:
+    """MessageHits for `lines` (an iterable of str), numbered from `first_line`."""
+    cat = catalogue()
+    out = []
+    for number, line in enumerate(lines, first_line):
+        for entry, facts in cat.match(line):
+            out.append(MessageHit(entry.id, _fact_items(facts), Evidence(display, number, line.strip()[:2000]),
+                                  rank, host, pid, local_rank))
+    return out
+
+
+def _fact_items(facts: dict) -> tuple:
+    return tuple(sorted(facts.items()))
+
+
+def page(entry: Entry, lang: str = "en") -> str:
+    """One entry as `forensics messages show` prints it."""
+    zh = lang == "zh"
+    labels = (("来源", "版本", "级别", "原因类别", "证明卡住", "指向", "连锁反应", "示例", "提取的事实", "措辞")
+              if zh else ("source", "versions", "level", "cause", "proves stuck", "blames", "knock-on",
+                          "example", "facts", "wordings"))
+    facts = ", ".join(f"{k}={list(v) if isinstance(v, tuple) else v}" for k, v in entry.facts.items()) or "-"
+    lines = [entry.id, "", entry.zh if zh else entry.en, "",
+             f"{labels[0]}: {entry.project} {entry.source}", f"{labels[1]}: {entry.versions}",
+             f"{labels[2]}: {entry.level}", f"{labels[3]}: {entry.cause}",
+             f"{labels[4]}: {'yes' if entry.stuck else 'no'}", f"{labels[5]}: {entry.blames}",
+             f"{labels[6]}: {'yes' if entry.knock_on else 'no'}", "", f"{labels[7]}:", f"  {entry.example}",
+             f"{labels[8]}: {facts}", "", f"{labels[9]}:"]
+    lines += [f"  {p.pattern}" for p in entry.patterns]
+    lines += [f"  - {v}" for v in entry.variants]
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------- loading
+
+MESSAGES_DIR = "messages"
+
+
+def shipped_files() -> list[str]:
+    """The catalogue files shipped with the package (rules/messages/*.yaml)."""
+    from importlib import resources
+
+    folder = resources.files("forensics.rules_data") / MESSAGES_DIR
+    try:
+        names = sorted(p.name for p in folder.iterdir() if p.name.endswith((".yaml", ".yml")))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return [str(folder / name) for name in names]
+
+
+@functools.lru_cache(maxsize=1)
+def catalogue() -> Catalogue:
+    """The shipped catalogue (loaded once per process). A broken shipped file
+    is a bug of ours: it raises."""
+    entries, problems = load(shipped_files())
+    if problems:
+        raise CatalogueError(problems)
+    return Catalogue(entries)
+
+
+def _loader():
+    from . import lazy
+
+    base = lazy.yaml_safe_loader()
+
+    class LineLoader(base):  # type: ignore[misc, valid-type]
+        """A safe loader that records the line each mapping starts on."""
+
+    def construct_mapping(loader, node, deep=False):
+        mapping = base.construct_mapping(loader, node, deep=deep)
+        mapping["__line__"] = node.start_mark.line + 1
+        return mapping
+
+    LineLoader.add_constructor(lazy.yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_mapping)
+    return LineLoader
+
+
+def load(paths: list[str], check_examples: bool = True) -> tuple[list[Entry], list[tuple[str, int, str]]]:
+    """Entries of catalogue files, and every problem found (path, line, message)."""
+    from . import lazy
+
+    entries: list[Entry] = []
+    problems: list[tuple[str, int, str]] = []
+    seen: dict[str, tuple[str, int]] = {}
+    loader = _loader()
+    for path in paths:
+        display = _display(path)
+        try:
+            with open(path, encoding="utf-8") as handle:
+                data = lazy.yaml.load(handle, Loader=loader)
+        except lazy.yaml.MarkedYAMLError as exc:
+            mark = exc.problem_mark
+            problems.append((display, mark.line + 1 if mark else 0, f"invalid YAML: {exc.problem}"))
+            continue
+        except (OSError, UnicodeDecodeError, lazy.yaml.YAMLError) as exc:
+            problems.append((display, 0, f"cannot read: {exc}"))
+            continue
+        if not isinstance(data, dict) or not isinstance(data.get("messages"), list):
+            problems.append((display, 1, "a catalogue file is a mapping with a 'messages' list"))
+            continue
+        for raw in data["messages"]:
+            entry, found = _entry(raw, display, check_examples)
+            problems.extend(found)
+            if entry is None:
+                continue
+            if entry.id in seen:
+                where = seen[entry.id]
+                problems.append((display, entry.line, f"{entry.id}: id already used at {where[0]}:{where[1]}"))
+                continue
+            seen[entry.id] = (display, entry.line)
+            entries.append(entry)
+    return entries, problems
+
+
+def _display(path: str) -> str:
+    parts = path.replace(os.sep, "/").split("/")
+    return "/".join(parts[-3:]) if len(parts) > 3 else path
+
+
+def _entry(raw, path: str, check_examples: bool):
+    if not isinstance(raw, dict):
+        return None, [(path, 0, "each message is a mapping")]
+    line = raw.get("__line__", 0)
+    name = raw.get("id", "?")
+    problems = []
+
+    def bad(message: str):
+        problems.append((path, line, f"{name}: {message}"))
+
+    for key in _REQUIRED:
+        if key not in raw:
+            bad(f"missing '{key}'")
+    unknown = set(raw) - set(_REQUIRED) - set(_OPTIONAL) - {"__line__"}
+    if unknown:
+        bad(f"unknown key(s): {', '.join(sorted(unknown))}")
+    if problems:
+        return None, problems
+    if not isinstance(name, str) or not _ID.fullmatch(name):
+        bad("id must be kebab-case (a-z, 0-9, '-')")
+    for key in ("source", "level", "example", "en", "zh"):
+        if not isinstance(raw[key], str) or not raw[key].strip():
+            bad(f"'{key}' must be a non-empty string")
+    if not isinstance(raw["versions"], (str, int, float)):
+        bad("'versions' must be a string such as '2.19-2.28'")
+    if raw["project"] not in PROJECTS:
+        bad(f"project must be one of {', '.join(PROJECTS)}")
+    literals = raw["match"] if isinstance(raw["match"], list) else [raw["match"]]
+    if not literals or not all(isinstance(x, str) and x for x in literals):
+        bad("'match' must be a literal string or a list of them")
+    texts = raw["patterns"] if isinstance(raw["patterns"], list) else [raw["patterns"]]
+    patterns = []
+    for text in texts:
+        if not isinstance(text, str):
+            bad("each pattern must be a string")
+            continue
+        try:
+            pattern = re.compile(text)
+        except re.error as exc:
+            bad(f"pattern {text!r} does not compile: {exc}")
+            continue
+        unknown_groups = set(pattern.groupindex) - set(FIELD_KINDS)
+        if unknown_groups:
+            bad(f"unknown named group(s) {', '.join(sorted(unknown_groups))} (see forensics.messages.FIELD_KINDS)")
+        patterns.append(pattern)
+    proves = raw["proves"]
+    if not isinstance(proves, dict):
+        bad("'proves' must be a mapping")
+        proves = {}
+    proves = {k: v for k, v in proves.items() if k != "__line__"}
+    if set(proves) != {"cause", "stuck", "blames", "knock_on"}:
+        bad("'proves' needs exactly cause, stuck, blames, knock_on")
+    if proves.get("cause") not in CAUSES:
+        bad(f"proves.cause must be one of {', '.join(CAUSES)}")
+    if proves.get("blames") not in BLAMES:
+        bad(f"proves.blames must be one of {', '.join(BLAMES)}")
+    for flag in ("stuck", "knock_on"):
+        if not isinstance(proves.get(flag), bool):
+            bad(f"proves.{flag} must be true or false")
+    facts = raw["facts"]
+    if not isinstance(facts, dict):
+        bad("'facts' must be a mapping (may be empty: {})")
+        facts = {}
+    facts = {k: tuple(v) if isinstance(v, list) else v for k, v in facts.items() if k != "__line__"}
+    variants = raw.get("variants") or []
+    if not isinstance(variants, list) or not all(isinstance(v, str) for v in variants):
+        bad("'variants' must be a list of strings")
+        variants = []
+    if problems:
+        return None, problems
+    entry = Entry(id=name, project=raw["project"], source=raw["source"], versions=str(raw["versions"]),
+                  level=raw["level"], match=tuple(literals), patterns=tuple(patterns), example=raw["example"],
+                  facts=facts, cause=proves["cause"], stuck=proves["stuck"], blames=proves["blames"],
+                  knock_on=proves["knock_on"], en=raw["en"].strip(), zh=raw["zh"].strip(),
+                  variants=tuple(variants), path=path, line=line)
+    if check_examples:
+        problems.extend(_check_example(entry))
+    return entry, problems
+
+
+def _check_example(entry: Entry) -> list[tuple[str, int, str]]:
+    problems = []
+    where = (entry.path, entry.line)
+    if "\n" in entry.example:
+        problems.append((*where, f"{entry.id}: the example must be one line"))
+    if not any(literal in entry.example for literal in entry.match):
+        problems.append((*where, f"{entry.id}: the example holds none of the 'match' literals"))
+        return problems
+    got = entry.extract(entry.example)
+    if got is None:
+        problems.append((*where, f"{entry.id}: no pattern matches the example"))
+    elif got != entry.facts:
+        problems.append((*where, f"{entry.id}: the example yields {_jsonable(got)}, "
+                                 f"the entry states {_jsonable(entry.facts)}"))
+    return problems
+
+
+def _slow_patterns(entry: Entry) -> list[tuple[str, int, str]]:
+    """Patterns that take more than SLOW_MS on hostile 64 KiB lines built
+    from the entry's own example and literals."""
+    literal = entry.match[0]
+    lines = (entry.example + " " + "9" * 65536, literal + " " + "a" * 65536,
+             literal + " " + (entry.example * (65536 // max(len(entry.example), 1) + 1))[:65536],
+             literal + " " + "[" * 65536, literal + " " + "1, " * 21845)
+    problems = []
+    for pattern in entry.patterns:
+        started = time.perf_counter()
+        for line in lines:
+            pattern.search(line)
+        spent = (time.perf_counter() - started) * 1000
+        if spent > SLOW_MS:
+            problems.append((entry.path, entry.line, f"{entry.id}: pattern {pattern.pattern!r} took "
+                                                     f"{spent:.0f} ms on hostile 64 KiB lines (limit {SLOW_MS:.0f})"))
+    return problems
+
+
+def check(paths: list[str]) -> list[tuple[str, int, str]]:
+    """Every problem of the catalogue files `paths`; the other shipped files
+    are loaded beside them, so ids must be unique across all."""
+    wanted = {_display(p) for p in paths}
+    others = [p for p in shipped_files() if _display(p) not in wanted]
+    entries, problems = load(others + list(paths))
+    for entry in entries:
+        if entry.path in wanted:
+            problems.extend(_slow_patterns(entry))
+    return [p for p in problems if p[0] in wanted]
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] != "check":
+        print("usage: python -m forensics.messages check [FILE ...]", file=sys.stderr)
+        return 2
+    paths = argv[1:] or shipped_files()
+    problems = check(paths)
+    for path, line, message in problems:
+        print(f"{path}:{line}: {message}")
+    if not problems:
+        entries, _ = load(paths, check_examples=False)
+        print(f"{len(entries)} message(s) in {len(paths)} file(s): all examples yield their facts")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,356 @@
+"""Causes the logs state outright, read through the message catalogue.
+
+A monitored barrier names the ranks that never arrived; DETAIL names the
+two ranks whose collectives differ; Gloo and NCCL name the peer whose
+socket closed; NCCL names the peer an InfiniBand request failed for. One
+rank's fragment is then enough for a verdict, with a culprit that may be a
+rank, or only a host or an address (`Culprit`). Each finding says how sure
+it is: a message naming ranks is high, one rank's word about a peer is
+medium. Lines that are usually consequences of another failure (a peer
+closed, an abort after the rank's own timeout) blame their peer, never
+their printer.
+
+When the structural rules reach the same verdict from rank states, they
+lead (the analysis keeps these as corroboration).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+
+from ..hookspecs import hookimpl
+from ..messages import catalogue
+from ..model import Culprit, Finding, MessageHit
+from ..ranges import compact
+from ..ruledocs import RuleDoc
+
+MISSING = "stated-missing-rank"
+MISMATCH = "stated-collective-mismatch"
+PEER_GONE = "stated-peer-gone"
+CRASH = "stated-crash"
+NETWORK = "stated-network-fault"
+OBSERVED = "stated-observation"
+MAX_CITED = 8
+
+HINTS = {
+    MISSING: ("Look at the named rank(s): their stack (py-spy dump) or log shows where they are instead "
+              "of the collective (data loading, an early exit, another group).",
+              "查看被点名的 Rank：它们的栈（py-spy dump）或日志会显示它们没有进入该集合通信时在做什么"
+              "（数据加载、提前退出、另一个通信组）。"),
+    MISMATCH: ("Make every rank of the group call the same collectives in the same order with the same "
+               "shapes and dtypes; the two fingerprints show where they diverge.",
+               "让组内每个 Rank 以相同的顺序、相同的形状和数据类型调用相同的集合通信；两份指纹显示了分歧所在。"),
+    PEER_GONE: ("Find why the peer process ended (its own stderr, the launcher's exit codes, dmesg for "
+                "OOM kills): the ranks reporting the closed connection are only its victims.",
+                "查明对端进程为何结束（它自己的 stderr、启动器的退出码、dmesg 中的 OOM 记录）：报告连接被关闭的 Rank 只是受害者。"),
+    CRASH: ("The process died of its own error: fix that error; the other ranks' timeouts and aborts "
+            "follow from it.",
+            "该进程因自身错误而退出：先修复这个错误；其他 Rank 的超时与中止都源于它。"),
+    NETWORK: ("Check the named peer's link and NIC (ibstat, port counters, dmesg, the switch), and "
+              "whether the error repeats on the same host or cable.",
+              "检查被点名对端的链路与网卡（ibstat、端口计数器、dmesg、交换机），以及错误是否总在同一台主机或同一根线缆上重复。"),
+}
+
+
+def _hits(incident) -> list[tuple[MessageHit, object]]:
+    cat = catalogue()
+    return [(hit, entry) for hit in incident.messages if (entry := cat.get(hit.id)) is not None]
+
+
+_IP = re.compile(r"\d{1,3}(?:\.\d{1,3}){3}|\[?[0-9a-fA-F]*:[0-9a-fA-F:.]+\]?")
+
+
+def address_host(addr: str) -> str:
+    """The host part of `10.0.0.2<5432>`, `[10.0.0.2]:5432`, `10.0.0.2:5432`, `node7:29500`."""
+    text = addr.strip().strip(",;.")
+    if "<" in text:
+        return text.split("<", 1)[0]
+    if text.startswith("["):
+        return text[1:].split("]", 1)[0]
+    if text.count(":") == 1:
+        return text.split(":", 1)[0]
+    return text
+
+
+class AddressBook:
+    """Which rank is behind a host or an address, as far as any artifact ties them."""
+
+    def __init__(self, incident, hits):
+        self.by_host: dict[str, set[int]] = defaultdict(set)
+        for rank, state in incident.ranks.items():
+            if state.host:
+                self.by_host[state.host].add(rank)
+        for hit, _ in hits:
+            if hit.rank is None:
+                continue
+            for name in ("addr", "host"):
+                value = hit.fact(name)
+                if isinstance(value, str) and value:
+                    self.by_host[address_host(value)].add(hit.rank)
+            if hit.host:
+                self.by_host[hit.host].add(hit.rank)
+
+    def culprit(self, addr: str = "", host: str = "") -> Culprit:
+        key = address_host(addr) if addr else host
+        ranks = self.by_host.get(key, set())
+        rank = next(iter(ranks)) if len(ranks) == 1 else None
+        return Culprit(rank=rank, host=host if host else ("" if _IP.fullmatch(key or "") else key),
+                       addr=addr)
+
+
+def _cite(hits) -> tuple:
+    seen, out = set(), []
+    for hit, _ in hits:
+        if hit.evidence not in seen:
+            seen.add(hit.evidence)
+            out.append(hit.evidence)
+    return tuple(out[:MAX_CITED])
+
+
+def _printer(hit: MessageHit) -> str:
+    if hit.rank is not None:
+        return f"rank {hit.rank}"
+    if hit.host:
+        return f"{hit.host}" + (f" (pid {hit.pid})" if hit.pid is not None else "")
+    return hit.evidence.path
+
+
+def _rank_culprit(incident, rank: int) -> Culprit:
+    state = incident.ranks.get(rank)
+    return Culprit(rank=rank, host=state.host if state else "", pid=state.pid if state else None)
+
+
+def _missing(incident, hits) -> list[Finding]:
+    named: dict[tuple[int, ...], list] = defaultdict(list)
+    for hit, entry in hits:
+        ranks = hit.fact("ranks")
+        if entry.cause == "missing_rank" and ranks:
+            named[ranks].append((hit, entry))
+    out = []
+    for ranks, group in named.items():
+        reporters = sorted({_printer(h) for h, _ in group})
+        first, entry = group[0]
+        message = (f"{', '.join(reporters[:4])} state{'s' if len(reporters) == 1 else ''} that rank "
+                   f"{compact(list(ranks))} never arrived: {entry.en}")
+        message_zh = f"{'、'.join(reporters[:4])} 的日志指出 Rank {compact(list(ranks))} 始终未到达：{entry.zh}"
+        out.append(Finding(MISSING, "missing_rank", "error", ranks, message, _cite(group), HINTS[MISSING][0],
+                           message_zh=message_zh, hint_zh=HINTS[MISSING][1],
+                           culprits=tuple(_rank_culprit(incident, r) for r in ranks),
+                           confidence="high",
+                           confidence_reason=f"the message itself names the rank(s) that did not arrive ({entry.id})",
+                           confidence_reason_zh=f"消息本身点名了未到达的 Rank（{entry.id}）"))
+    return out
+
+
+def _mismatch(incident, hits) -> list[Finding]:
+    pairs = [(h, e) for h, e in hits if e.cause == "collective_mismatch"
+             and (h.fact("peer_rank") is not None or h.fact("ranks"))]
+    if not pairs:
+        return []
+    # Each line sets its printer against another rank; a rank named by
+    # several printers, or the only one named, is the odd one out.
+    accused: dict[int, set] = defaultdict(set)
+    sides: set[int] = set()
+    for hit, _ in pairs:
+        others = (hit.fact("peer_rank"),) if hit.fact("peer_rank") is not None else hit.fact("ranks")
+        printer = hit.rank if hit.rank is not None else hit.fact("rank")
+        for other in others:
+            accused[other].add(printer)
+            sides.add(other)
+        if printer is not None:
+            sides.add(printer)
+    most = max(len(v) for v in accused.values())
+    top = sorted(r for r, v in accused.items() if len(v) == most)
+    if most >= 2 and len(top) == 1:
+        culprits, level = top, "high"
+        reason = f"{most} ranks each name rank {top[0]} as the one calling something else"
+        reason_zh = f"{most} 个 Rank 都指出 Rank {top[0]} 调用了不同的集合通信"
+    else:
+        culprits, level = sorted(r for r in sides if r is not None), "medium"
+        reason = ("one side's log only: it says two ranks differ, not which of them is the odd one out; "
+                  "the other ranks' logs would tell")
+        reason_zh = "只有一方的日志：它只说明两个 Rank 不一致，无法判断哪一方与众不同；其他 Rank 的日志可以判定"
+    entry = pairs[0][1]
+    message = f"Rank {compact(culprits)}: {entry.en}"
+    return [Finding(MISMATCH, "collective_mismatch", "error", tuple(culprits), message, _cite(pairs),
+                    HINTS[MISMATCH][0], f"Rank {compact(culprits)}：{entry.zh}", HINTS[MISMATCH][1],
+                    culprits=tuple(_rank_culprit(incident, r) for r in culprits), confidence=level,
+                    confidence_reason=reason, confidence_reason_zh=reason_zh)]
+
+
+def _crashed(incident, hits) -> list[Finding]:
+    """Processes that died of their own error (not a knock-on of a peer's)."""
+    crashed = [(h, e) for h, e in hits if e.cause in ("crash", "oom") and not e.knock_on and e.blames == "self"]
+    if not crashed:
+        return []
+    by_process: dict = {}
+    for hit, entry in crashed:
+        key = hit.rank if hit.rank is not None else (hit.host, hit.pid, hit.evidence.path)
+        by_process.setdefault(key, []).append((hit, entry))
+    culprits = []
+    for key, group in by_process.items():
+        hit = group[0][0]
+        culprits.append(_rank_culprit(incident, hit.rank) if hit.rank is not None
+                        else Culprit(host=hit.host, pid=hit.pid))
+    ranks = tuple(sorted(c.rank for c in culprits if c.rank is not None))
+    first_hit, entry = crashed[0]
+    who = ", ".join(c.label() for c in culprits[:4])
+    return [Finding(CRASH, "dead_rank", "error", ranks, f"{who} died of its own error: {entry.en}",
+                    _cite(crashed), HINTS[CRASH][0], f"{who} 因自身错误退出：{entry.zh}", HINTS[CRASH][1],
+                    culprits=tuple(culprits), confidence="medium" if len(crashed) == 1 else "high",
+                    confidence_reason=f"the process's own error is logged ({entry.id}); what the others "
+                                      "were doing when it died is " + ("known" if incident.ranks else "not"),
+                    confidence_reason_zh=f"日志记录了该进程自身的错误（{entry.id}）")]
+
+
+def _peer_gone(incident, hits, book: AddressBook) -> list[Finding]:
+    gone = [(h, e) for h, e in hits if e.cause == "peer_died" and (h.fact("peer_addr") or h.fact("peer_host")
+                                                                   or h.fact("peer_rank") is not None)]
+    if not gone:
+        return []
+    by_peer: dict[tuple, list] = defaultdict(list)
+    for hit, entry in gone:
+        if hit.fact("peer_rank") is not None:
+            culprit = _rank_culprit(incident, hit.fact("peer_rank"))
+        else:
+            culprit = book.culprit(addr=hit.fact("peer_addr", ""), host=hit.fact("peer_host", ""))
+        key = (culprit.rank,) if culprit.rank is not None else (address_host(culprit.addr) or culprit.host,)
+        by_peer[key].append((hit, entry, culprit))
+    # The peer most reporters name, first; each distinct peer is a culprit only
+    # when no other peer is named by more processes.
+    ranked = sorted(by_peer.values(), key=lambda g: (-len({_printer(h) for h, _, _ in g}), g[0][0].evidence.line))
+    best = len({_printer(h) for h, _, _ in ranked[0]})
+    chosen = [g for g in ranked if len({_printer(h) for h, _, _ in g}) == best]
+    culprits = tuple(g[0][2] for g in chosen)
+    cited = [(h, e) for g in chosen for h, e, _ in g]
+    reporters = sorted({_printer(h) for h, _ in cited})
+    who = "; ".join(c.label() for c in culprits[:4])
+    entry = cited[0][1]
+    level = "high" if best >= 2 and len(chosen) == 1 else "medium"
+    reason = (f"{best} processes report the same peer gone" if level == "high" else
+              "the survivors report the peer gone; the peer's own log would say why it ended")
+    return [Finding(PEER_GONE, "dead_rank", "error", tuple(sorted(c.rank for c in culprits if c.rank is not None)),
+                    f"{who} vanished: {', '.join(reporters[:4])} lost the connection to it ({entry.en})",
+                    _cite(cited), HINTS[PEER_GONE][0],
+                    f"{who} 已消失：{'、'.join(reporters[:4])} 与它的连接断开（{entry.zh}）", HINTS[PEER_GONE][1],
+                    culprits=culprits, confidence=level, confidence_reason=reason,
+                    confidence_reason_zh=("多个进程报告同一对端消失" if level == "high"
+                                          else "幸存者报告对端消失；对端自己的日志才能说明它为何结束"))]
+
+
+def _network(incident, hits, book: AddressBook) -> list[Finding]:
+    faults = [(h, e) for h, e in hits if e.cause == "network_fault" and not e.knock_on]
+    if not faults:
+        return []
+    peers: dict[str, set] = defaultdict(set)
+    for hit, _ in faults:
+        addr = hit.fact("peer_addr")
+        if isinstance(addr, str) and addr:
+            peers[address_host(addr)].add(_printer(hit))
+    first, entry = faults[0]
+    culprits: tuple[Culprit, ...]
+    if peers:
+        most = max(len(v) for v in peers.values())
+        named = [p for p, v in peers.items() if len(v) == most]
+        if len(named) == 1 and (most >= 2 or len(peers) == 1):
+            ports = {h.fact("peer_addr") for h, _ in faults if address_host(h.fact("peer_addr") or "") == named[0]}
+            # The node is at fault, not one connection: one port is named as is, several by their host.
+            culprits = (book.culprit(addr=ports.pop() if len(ports) == 1 else named[0]),)
+            level = "high" if most >= 2 else "medium"
+            reason = (f"{most} processes report transport errors with the same peer" if most >= 2 else
+                      "one process reports transport errors with this peer; its own side was not seen")
+        else:
+            culprits = (_printer_culprit(incident, first),)
+            level, reason = "medium", "several peers are named; the first error decides"
+    else:
+        culprits = (_printer_culprit(incident, first),)
+        level, reason = "medium", "the first transport error names no peer; its printer is blamed"
+    reporters = sorted({_printer(h) for h, _ in faults})
+    who = "; ".join(c.label() for c in culprits)
+    return [Finding(NETWORK, "network_fault", "error", tuple(sorted(c.rank for c in culprits if c.rank is not None)),
+                    f"Transport errors on {', '.join(reporters[:6])}; the link to {who} failed first: {entry.en}",
+                    _cite(faults), HINTS[NETWORK][0],
+                    f"{'、'.join(reporters[:6])} 出现传输错误；最先失败的是通往 {who} 的链路：{entry.zh}",
+                    HINTS[NETWORK][1], culprits=culprits, confidence=level, confidence_reason=reason,
+                    confidence_reason_zh=("多个进程报告与同一对端的传输错误" if level == "high"
+                                          else "只有一方或多个对端的传输错误：以最早的错误为准"))]
+
+
+def _printer_culprit(incident, hit: MessageHit) -> Culprit:
+    if hit.rank is not None:
+        return _rank_culprit(incident, hit.rank)
+    return Culprit(host=hit.host, pid=hit.pid)
+
+
+def _observed(hits) -> list[Finding]:
+    """What was read that bears no verdict of its own (timeouts, aborts,
+    init failures): listed, so the report says what the logs say."""
+    by_entry: dict[str, list] = defaultdict(list)
+    for hit, entry in hits:
+        if entry.cause in ("timeout", "hang", "abort", "init_failure", "config") or (
+                entry.knock_on and entry.cause not in ("peer_died",)):
+            by_entry[entry.id].append((hit, entry))
+    out = []
+    for entry_id, group in by_entry.items():
+        entry = group[0][1]
+        ranks = tuple(sorted({h.rank for h, _ in group if h.rank is not None}))
+        printers = sorted({_printer(h) for h, _ in group})
+        out.append(Finding(OBSERVED, "observation", "info", ranks,
+                           f"{len(group)} line(s) from {', '.join(printers[:6])}: {entry.en} ({entry_id})",
+                           _cite(group), message_zh=f"{'、'.join(printers[:6])} 的 {len(group)} 行：{entry.zh}（{entry_id}）"))
+    return out
+
+
+@hookimpl
+def forensics_findings(incident):
+    if not incident.messages:
+        return []
+    hits = _hits(incident)
+    if not hits:
+        return []
+    book = AddressBook(incident, hits)
+    return (_missing(incident, hits) + _mismatch(incident, hits) + _crashed(incident, hits)
+            + _peer_gone(incident, hits, book) + _network(incident, hits, book) + _observed(hits))
+
+
+def _doc(rule_id, title, title_zh, kind, explanation, explanation_zh, severity="error"):
+    hint, hint_zh = HINTS.get(rule_id, ("", ""))
+    return RuleDoc(rule_id, title, title_zh, severity, explanation, explanation_zh, hint, hint_zh,
+                   kinds=(kind,), source=__name__)
+
+
+RULES = (
+    _doc(MISSING, "Ranks a message names as never arriving", "消息点名的未到达 Rank", "missing_rank",
+         "A monitored barrier, the desync report or Flight Recorder's analyzer names the ranks that never "
+         "joined the call the others wait in. The message is the verdict; no other rank's state is needed.",
+         "监控屏障、desync 报告或 Flight Recorder 分析器点名了没有加入其他 Rank 所等待之调用的 Rank。消息本身就是结论，无需其他 Rank 的状态。"),
+    _doc(MISMATCH, "Collective mismatch a message states", "消息指出的集合通信失配", "collective_mismatch",
+         "TORCH_DISTRIBUTED_DEBUG=DETAIL compares each collective's fingerprint across the group and names "
+         "two ranks whose calls differ. With several ranks' logs, the rank they all name is the odd one out.",
+         "TORCH_DISTRIBUTED_DEBUG=DETAIL 在组内比较每次集合通信的指纹，并点名调用不一致的两个 Rank。有多个 Rank 的日志时，被共同点名的那个就是与众不同者。"),
+    _doc(CRASH, "A process died of its own error", "进程因自身错误退出", "dead_rank",
+         "A process logged an error of its own (a CUDA error, an uncaught exception that is not a "
+         "communication error, an out-of-memory kill): it is gone, and every collective it belongs to "
+         "can only time out.",
+         "某个进程记录了自身的错误（CUDA 错误、非通信类的未捕获异常、OOM 被杀）：它已退出，它所在的每个集合通信都只能超时。"),
+    _doc(PEER_GONE, "Peer gone, as its survivors report it", "幸存者报告的对端消失", "dead_rank",
+         "Gloo's `Connection closed by peer`, NCCL's `Connection closed by remote peer` and similar lines "
+         "name the address of a process that went away. The reporters are victims; the named peer is the "
+         "culprit, resolved to a rank where any artifact ties its address to one.",
+         "Gloo 的 `Connection closed by peer`、NCCL 的 `Connection closed by remote peer` 等消息给出了已离开进程的地址。"
+         "报告者是受害者；被点名的对端才是元凶，只要有产物把该地址对应到某个 Rank，就解析为该 Rank。"),
+    _doc(NETWORK, "Transport errors a message states", "消息指出的传输错误", "network_fault",
+         "NCCL's InfiniBand and socket transports name the peer of a failed work request. The peer that "
+         "most processes report is the likely bad link or node; otherwise the first error decides.",
+         "NCCL 的 InfiniBand 与 socket 传输会给出失败请求的对端。被最多进程报告的对端最可能是故障链路或节点；否则以最早的错误为准。"),
+    _doc(OBSERVED, "What the logs state without a verdict", "日志中不足以单独定论的陈述", "observation",
+         "Timeouts, aborts and initialization failures the catalogue recognizes: evidence that the job was "
+         "stuck or failing, listed so the report says what the logs say.",
+         "目录识别出的超时、中止与初始化失败：作业卡住或失败的证据，列出以便报告如实转述日志。", "info"),
+)
+
+
+@hookimpl
+def forensics_rules():
+    return RULES

@@ -1,0 +1,159 @@
+"""The message catalogue: every entry's example yields exactly its facts,
+the checker catches broken entries, and the reader attributes lines."""
+
+import os
+
+import pytest
+
+from forensics import messages
+from forensics.cli import main
+from forensics.model import Artifact
+
+HERE = os.path.dirname(__file__)
+SAMPLE = os.path.join(HERE, "fixtures", "messages", "sample.yaml")
+SHIPPED = messages.catalogue().entries
+
+
+def test_the_shipped_catalogue_is_large_and_spans_the_three_projects():
+    projects = {e.project for e in SHIPPED}
+    assert len(SHIPPED) >= 100, len(SHIPPED)
+    assert projects == {"pytorch", "nccl", "gloo"}
+
+
+@pytest.mark.parametrize("entry", SHIPPED, ids=[e.id for e in SHIPPED])
+def test_every_example_yields_exactly_its_facts(entry):
+    found = {e.id: facts for e, facts in messages.catalogue().match(entry.example)}
+    assert entry.id in found, f"{entry.id}: its example is not recognized"
+    assert found[entry.id] == entry.facts
+
+
+def test_the_shipped_files_pass_the_checker():
+    assert messages.check(messages.shipped_files()) == []
+
+
+def _write(tmp_path, body: str) -> str:
+    path = tmp_path / "bad.yaml"
+    path.write_text(body, encoding="utf-8")
+    return str(path)
+
+
+ENTRY = """messages:
+  - id: test-entry
+    project: gloo
+    source: gloo/transport/tcp/pair.cc
+    versions: "1.13-2.13"
+    level: exception
+    match: "Connection closed by peer"
+    patterns: ['Connection closed by peer (?P<peer_addr>\\S+)']
+    example: "RuntimeError: [x.cc:1] Connection closed by peer [10.0.0.2]:5000"
+    facts: {FACTS}
+    proves: {cause: peer_died, stuck: false, blames: peer, knock_on: true}
+    en: "The peer closed the connection."
+    zh: "对端关闭了连接。"
+"""
+
+
+def test_the_checker_names_an_example_whose_facts_differ(tmp_path):
+    path = _write(tmp_path, ENTRY.replace("{FACTS}", '{peer_addr: "[10.0.0.3]:5000"}'))
+    problems = messages.check([path])
+    assert len(problems) == 1
+    where, line, text = problems[0]
+    assert line == 2 and "test-entry" in text and "[10.0.0.2]:5000" in text
+
+
+def test_the_checker_accepts_the_right_facts(tmp_path):
+    assert messages.check([_write(tmp_path, ENTRY.replace("{FACTS}", '{peer_addr: "[10.0.0.2]:5000"}'))]) == []
+
+
+@pytest.mark.parametrize("change, needle", [
+    (("(?P<peer_addr>", "(?P<peer_address>"), "unknown named group"),
+    (("cause: peer_died", "cause: sadness"), "proves.cause"),
+    (("    zh: \"对端关闭了连接。\"\n", ""), "missing 'zh'"),
+    (("match: \"Connection closed by peer\"", "match: \"closed by the peer\""), "none of the 'match' literals"),
+    (("id: test-entry", "id: Test_Entry"), "kebab-case"),
+    (("patterns: ['Connection", "patterns: ['(Connection"), "does not compile"),
+])
+def test_the_checker_rejects_broken_entries(tmp_path, change, needle):
+    body = ENTRY.replace("{FACTS}", '{peer_addr: "[10.0.0.2]:5000"}').replace(*change)
+    problems = messages.check([_write(tmp_path, body)])
+    assert problems and any(needle in text for _, _, text in problems), problems
+
+
+def test_the_checker_rejects_an_id_another_file_uses(tmp_path):
+    taken = SHIPPED[0].id
+    body = ENTRY.replace("{FACTS}", '{peer_addr: "[10.0.0.2]:5000"}').replace("test-entry", taken)
+    problems = messages.check([_write(tmp_path, body)])
+    assert any("already used" in text for _, _, text in problems)
+
+
+def test_the_checker_rejects_a_catastrophically_slow_pattern(tmp_path):
+    body = ENTRY.replace("{FACTS}", "{}").replace(
+        "patterns: ['Connection closed by peer (?P<peer_addr>\\S+)']",
+        "patterns: ['Connection closed by peer (?:a|a?)+$']")
+    body = body.replace('example: "RuntimeError: [x.cc:1] Connection closed by peer [10.0.0.2]:5000"',
+                        'example: "Connection closed by peer aaaa"')
+    problems = messages.check([_write(tmp_path, body)])
+    assert any("took" in text for _, _, text in problems), problems
+
+
+def test_invalid_yaml_is_named_with_its_line(tmp_path):
+    problems = messages.check([_write(tmp_path, "messages:\n  - id: x\n    bad: [unclosed\n")])
+    assert problems and problems[0][1] >= 3 and "invalid YAML" in problems[0][2]
+
+
+def test_normalization_of_the_named_groups():
+    assert messages.normalize({"op": "ALLREDUCE", "ranks": "[3, 1, 3]", "op_count_hex": "2a",
+                               "timeout_s": "1.5", "signal": "Signals.SIGKILL", "error": "12",
+                               "rank": "7", "peer_addr": " 10.0.0.2<5> ", "seq": None}) == {
+        "op": "all_reduce", "ranks": (1, 3), "op_count": 42, "timeout_ms": 1500, "signal": "SIGKILL",
+        "error": 12, "rank": 7, "peer_addr": "10.0.0.2<5>"}
+    assert messages.normalize({"signal": "-9", "error": "ncclRemoteError"}) == {
+        "signal": "SIGKILL", "error": "ncclRemoteError"}
+
+
+def test_lines_with_literals_numbers_lines_from_one():
+    entries, problems = messages.load([SAMPLE])
+    assert not problems
+    cat = messages.Catalogue(entries)
+    text = "x\nRanks 1 failed to pass monitoredBarrier in 5 ms\n\ny NET/IB : Got completion from peer\nz"
+    assert [n for n, _ in cat.lines_with_literals(text)] == [2, 4]
+
+
+def test_a_fragment_of_pasted_warn_lines_is_read_with_hosts_and_no_rank(tmp_path):
+    example = next(e for e in SHIPPED if e.project == "nccl" and e.cause == "network_fault"
+                   and "peer_addr" in e.facts and " NCCL WARN " in e.example)
+    (tmp_path / "pasted.txt").write_text("from the three hosts:\n" + example.example + "\n", encoding="utf-8")
+    from forensics.ingest import statements
+
+    artifact = Artifact(statements.KIND, str(tmp_path / "pasted.txt"), "pasted.txt")
+    assert statements.sniff(artifact.path, (tmp_path / "pasted.txt").read_bytes()) == statements.KIND
+    facts = statements.parse(artifact)
+    hit = next(h for h in facts.messages if h.id == example.id)
+    assert hit.evidence.line == 2 and hit.rank is None and hit.host and hit.pid is not None
+    assert dict(hit.facts) == example.facts
+
+
+def test_launcher_prefixes_say_which_rank_printed_a_line(tmp_path):
+    example = next(e for e in SHIPPED if e.cause == "missing_rank" and "ranks" in e.facts)
+    line = example.example
+    (tmp_path / "console.log").write_text("[rank0]:" + line.split("]:", 1)[-1] if line.startswith("[rank")
+                                          else "[rank0]:" + line, encoding="utf-8")
+    from forensics.ingest import statements
+
+    facts = statements.parse(Artifact(statements.KIND, str(tmp_path / "console.log"), "console.log", rank_hint=5))
+    hit = next(h for h in facts.messages if h.id == example.id)
+    assert hit.rank == 0  # the prefix, not the file's rank hint
+    assert facts.stuck and facts.stuck[0].evidence.line == 1
+
+
+def test_forensics_messages_list_and_show(capsys):
+    assert main(["messages", "list"]) == 0
+    listing = capsys.readouterr().out
+    assert all(e.id in listing for e in SHIPPED)
+    entry = SHIPPED[0]
+    assert main(["messages", "show", entry.id]) == 0
+    shown = capsys.readouterr().out
+    assert entry.example in shown and entry.source in shown and entry.en in shown
+    assert main(["messages", "show", entry.id, "--lang", "zh"]) == 0
+    assert entry.zh in capsys.readouterr().out
+    assert main(["messages", "show", "no-such-message"]) == 2
