@@ -80,7 +80,7 @@ def analyze_incident(incident: Incident, plugins) -> Report:
         diagnostics=list(incident.diagnostics))
     report.rules = catalogue(plugins)
     report.culprits = confidence.culprit_processes(findings, verdict, incident, VERDICT_OF_KIND)
-    report.confidence = confidence.assess(report)
+    report.confidence = confidence.assess(report, VERDICT_OF_KIND)
     _merge_plugin_diagnostics(report, plugins)
     root.narrative = {lang: explain.narrative(report, lang) for lang in explain.LANGS}
     return report

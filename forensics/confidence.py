@@ -19,10 +19,27 @@ def silent_ranks(incident) -> list[int]:
             if s.activity == UNKNOWN and s.current_op is None and not s.threads and s.alive is None]
 
 
-def assess(report) -> Confidence:
+LEVELS = ("low", "medium", "high")
+
+
+def assess(report, verdict_of: dict) -> Confidence:
+    """The lead's own confidence when its rule states one; otherwise the
+    incident's shape, lowered by any finding of the same verdict that knows
+    it is less sure (one rank's log about a mismatch cannot say which side
+    is odd, however the rank states read)."""
     lead = report.root_cause.finding
     if lead is not None and lead.confidence:
         return Confidence(lead.confidence, lead.confidence_reason, lead.confidence_reason_zh)
+    shape = _by_shape(report)
+    doubts = [f for f in report.findings if f.confidence and f is not lead
+              and verdict_of.get(f.kind) == report.verdict and LEVELS.index(f.confidence) < LEVELS.index(shape.level)]
+    if doubts:
+        least = min(doubts, key=lambda f: LEVELS.index(f.confidence))
+        return Confidence(least.confidence, least.confidence_reason, least.confidence_reason_zh)
+    return shape
+
+
+def _by_shape(report) -> Confidence:
     incident = report.incident
     verdict = report.verdict
     silent = silent_ranks(incident)

@@ -169,6 +169,18 @@ class Culprit:
         return ", ".join(parts) or "unknown process"
 
 
+def address_host(addr: str) -> str:
+    """The host part of `10.0.0.2<5432>`, `[10.0.0.2]:5432`, `10.0.0.2:5432`, `node7:29500`."""
+    text = addr.strip().strip(",;.")
+    if "<" in text:
+        return text.split("<", 1)[0]
+    if text.startswith("["):
+        return text[1:].split("]", 1)[0]
+    if text.count(":") == 1:
+        return text.split(":", 1)[0]
+    return text
+
+
 # --------------------------------------------------------------------------
 # Communication
 

@@ -4,6 +4,8 @@ Each incident is a folder holding its artifacts and an `expected.yaml`:
 
     verdict: deadlock                 # required
     culprit_ranks: [0, 1]             # exact set, when given
+    culprits: [{host: node7}]         # each must match one culprit process (the fields given)
+    confidence: high                  # the report's confidence level, when given
     cycles: [[0, 1, 0]]               # exact witness cycles, when given
     findings: [p2p-circular-wait]     # rule ids that must be among the findings
     absent_findings: [missing-rank]   # rule ids that must not be
@@ -23,10 +25,11 @@ from dataclasses import dataclass, field
 
 from . import lazy
 from .ingest.textio import InputError
+from .model import address_host
 from .report.json_report import node_json
 
 EXPECTED = "expected.yaml"
-_KNOWN_KEYS = {"description", "verdict", "culprit_ranks", "cycles", "findings", "absent_findings",
+_KNOWN_KEYS = {"description", "verdict", "culprit_ranks", "culprits", "confidence", "cycles", "findings", "absent_findings",
                "decided_by", "narrative_contains", "args", "xfail", "scenario", "how",
                "captured_with", "regenerate", "notes", "compressed", "capture"}
 
@@ -77,6 +80,12 @@ def check(report, expected: dict) -> list[str]:
         problems.append(f"verdict {report.verdict!r}, expected {expected['verdict']!r}")
     if "culprit_ranks" in expected and sorted(report.culprit_ranks) != sorted(expected["culprit_ranks"]):
         problems.append(f"culprit_ranks {report.culprit_ranks}, expected {expected['culprit_ranks']}")
+    for wanted in expected.get("culprits") or []:
+        if not any(_same_process(got, wanted) for got in report.culprits):
+            problems.append(f"no culprit process matches {wanted} (got {[c.to_json() for c in report.culprits]})")
+    if "confidence" in expected and (report.confidence is None or report.confidence.level != expected["confidence"]):
+        problems.append(f"confidence {report.confidence.level if report.confidence else None!r}, "
+                        f"expected {expected['confidence']!r}")
     if "cycles" in expected:
         got = [[node_json(n) for n in c] for c in report.cycles]
         want = [list(c) for c in expected["cycles"]]
@@ -98,6 +107,22 @@ def check(report, expected: dict) -> list[str]:
         if fragment not in narrative:
             problems.append(f"narrative lacks {fragment!r}")
     return problems
+
+
+def _same_process(culprit, wanted) -> bool:
+    """A culprit matches an expected one when every field given agrees; an
+    address also matches by its host part (`10.0.0.7` matches `10.0.0.7<5432>`)."""
+    if not isinstance(wanted, dict):
+        return False
+    got = culprit.to_json()
+    for name, value in wanted.items():
+        if name == "addr":
+            have = str(got.get("addr", ""))
+            if have != str(value) and address_host(have) != address_host(str(value)):
+                return False
+        elif got.get(name) != value:
+            return False
+    return True
 
 
 def run_case(folder: str, plugins_factory) -> CaseResult:

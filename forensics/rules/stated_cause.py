@@ -21,7 +21,7 @@ from collections import defaultdict
 
 from ..hookspecs import hookimpl
 from ..messages import catalogue
-from ..model import Culprit, Finding, MessageHit
+from ..model import Culprit, Finding, MessageHit, address_host
 from ..ranges import compact
 from ..ruledocs import RuleDoc
 
@@ -59,18 +59,6 @@ def _hits(incident) -> list[tuple[MessageHit, object]]:
 
 
 _IP = re.compile(r"\d{1,3}(?:\.\d{1,3}){3}|\[?[0-9a-fA-F]*:[0-9a-fA-F:.]+\]?")
-
-
-def address_host(addr: str) -> str:
-    """The host part of `10.0.0.2<5432>`, `[10.0.0.2]:5432`, `10.0.0.2:5432`, `node7:29500`."""
-    text = addr.strip().strip(",;.")
-    if "<" in text:
-        return text.split("<", 1)[0]
-    if text.startswith("["):
-        return text[1:].split("]", 1)[0]
-    if text.count(":") == 1:
-        return text.split(":", 1)[0]
-    return text
 
 
 class AddressBook:
