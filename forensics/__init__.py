@@ -23,8 +23,10 @@ _SEED_RULES = (
 )
 
 
-def analyze(paths, hung: bool = False, plugins=None, jobs: int | None = None, full: bool = False):
-    """Read every artifact under `paths` and return the Report."""
+def analyze(paths, hung: bool = False, plugins=None, jobs: int | None = None, full: bool = False,
+            follow_symlinks: bool = False):
+    """Read every artifact under `paths` and return the Report. Symlinks that
+    leave `paths` are skipped unless `follow_symlinks`."""
     from .analysis import analyze_incident as _analyze, prepare
     from .ingest import load_incident
     from .plugins import Plugins
@@ -34,7 +36,7 @@ def analyze(paths, hung: bool = False, plugins=None, jobs: int | None = None, fu
     plugins = plugins or Plugins()
     with gc_paused():
         incident = load_incident([str(p) for p in paths], plugins, hung=hung, jobs=jobs, full=full,
-                                 meanwhile=lambda: prepare(plugins))
+                                 meanwhile=lambda: prepare(plugins), follow_symlinks=follow_symlinks)
         return _analyze(incident, plugins)
 
 

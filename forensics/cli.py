@@ -73,6 +73,9 @@ def build_parser(plugin_set=None) -> argparse.ArgumentParser:
     analyze.add_argument("--output", "-o", metavar="FILE", help="write the report here instead of stdout")
     analyze.add_argument("--no-plugins", action="store_true",
                          help="do not load third-party plugins from the 'forensics' entry points")
+    analyze.add_argument("--follow-symlinks", "-L", action="store_true",
+                         help="also read symlinks whose target lies outside the given paths "
+                              "(by default they are listed and skipped, as grep -r does)")
     analyze.add_argument("--full", action="store_true",
                          help="read every line of big logs (timelines) instead of their tail and init lines")
     analyze.add_argument("--jobs", "-j", type=int, default=None, metavar="N",
@@ -217,7 +220,8 @@ def _analyze(args, plugin_set) -> int:
             try:
                 incident = load_incident([str(p) for p in args.paths], plugins, hung=args.hung,
                                          jobs=args.jobs, full=args.full, progress=progress,
-                                         meanwhile=lambda: _prepare(plugins))
+                                         meanwhile=lambda: _prepare(plugins),
+                                         follow_symlinks=args.follow_symlinks)
             finally:
                 if progress is not None:
                     progress.close()

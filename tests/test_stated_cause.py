@@ -22,11 +22,6 @@ def sample_catalogue(monkeypatch):
     assert not problems
     cat = messages.Catalogue(entries)
     EXAMPLES.update({e.id: e.example for e in entries})
-    import forensics.ingest.statements as reader
-    import forensics.rules.stated_cause as rule
-
-    monkeypatch.setattr(reader, "catalogue", lambda: cat)
-    monkeypatch.setattr(rule, "catalogue", lambda: cat)
     monkeypatch.setattr(messages, "catalogue", lambda: cat)
     yield cat
 
@@ -45,7 +40,7 @@ def test_one_ranks_monitored_barrier_failure_names_the_missing_ranks(tmp_path):
     assert report["verdict"] == "missing_rank" and report["culprit_ranks"] == [1, 3]
     assert report["confidence"]["level"] == "high"
     assert [c["rank"] for c in report["culprits"]] == [1, 3]
-    assert report["decided_by"][0]["kind"] == "stated_stuck"
+    assert report["decided_by"][0]["evidence"]["path"] == "stderr.txt"  # the failing barrier is the stuck evidence
     lead = report["findings"][0]
     assert lead["rule"] == "stated-missing-rank" and lead["evidence"][0] == {
         "path": "stderr.txt", "line": 1, "text": "[rank0]:" + EXAMPLES["sample-monitored-barrier"]}
@@ -113,6 +108,17 @@ def test_an_own_error_outranks_the_knock_on_of_its_peers(tmp_path):
     assert report["verdict"] == "dead_rank"
     assert report["findings"][0]["rule"] == "stated-crash"
     assert 1 in report["culprit_ranks"] and 0 not in report["culprit_ranks"]
+
+
+def test_a_catalogued_stuck_line_no_structured_reader_knows_is_stuck_evidence(tmp_path):
+    """A watchdog line pasted without its c10 prefix, beside a rank state that waits on another."""
+    snapshot = {"0": {"current_op": "all_reduce", "waiting_for_ranks": [1], "op_seq": 5},
+                "1": {"current_op": "compute", "waiting_for_ranks": [], "alive": True}}
+    watchdog = EXAMPLES["sample-watchdog-timeout"].split("] ", 2)[-1]
+    code, report = analyze(tmp_path, {"snapshot.json": json.dumps(snapshot), "pasted.txt": watchdog + "\n"})
+    assert report["verdict"] == "missing_rank" and report["culprit_ranks"] == [1]
+    assert [s["kind"] for s in report["decided_by"]] == ["stated_stuck"]
+    assert report["decided_by"][0]["evidence"]["path"] == "pasted.txt"
 
 
 def test_a_timeout_alone_is_inconclusive_and_says_what_would_decide(tmp_path):

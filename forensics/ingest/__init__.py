@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from dataclasses import replace
 
@@ -11,15 +12,22 @@ from . import stacks, workers
 from .attribution import PidMap, attribute, rank_from_path
 from .facts import Facts
 from .records import groups_from_comms, state_from_records
-from .textio import InputError, file_size, looks_binary, read_head
+from .textio import InputError, file_size, looks_binary, not_regular, read_head
 
 __all__ = ["InputError", "discover", "load_incident", "merge", "rank_from_path"]
 
 _SKIP_DIRS = {".git", "__pycache__", ".hg", ".svn"}
 
 
-def discover(paths, plugins, full: bool = False, jobs: int = 1) -> tuple[list[Artifact], list[Diagnostic]]:
+def discover(paths, plugins, full: bool = False, jobs: int = 1,
+             follow_symlinks: bool = False) -> tuple[list[Artifact], list[Diagnostic]]:
     """Find the artifacts under `paths` and ask the parsers which kind each is.
+
+    Only regular files are read: a FIFO (PyTorch keeps its Flight Recorder
+    pipes in /tmp), a socket or a device is listed as skipped, never opened
+    in a way that blocks. Symlinks are followed as `grep -r` and ripgrep do:
+    one whose target lies inside the given paths is read, one that leaves
+    them is listed and skipped unless `follow_symlinks`.
 
     A path that does not exist, or a file named explicitly that no parser
     claims, is unusable input (InputError). Files found while walking a
@@ -27,27 +35,103 @@ def discover(paths, plugins, full: bool = False, jobs: int = 1) -> tuple[list[Ar
     """
     artifacts: list[Artifact] = []
     diagnostics: list[Diagnostic] = []
+    roots = [os.path.realpath(p) for p in paths]
     for root in paths:
-        if not os.path.exists(root):
+        if not os.path.lexists(root):
             raise InputError(root, "no such file or directory")
         if os.path.isdir(root):
             found = []
-            for folder, dirs, files in os.walk(root):
-                dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS)
-                found.extend(os.path.join(folder, name) for name in sorted(files))
-            for path, (kinds, note) in zip(found, _sniff_all(found, plugins, jobs)):
-                display = os.path.relpath(path, root)
+            for path, display, skipped in _walk(root, roots, follow_symlinks):
+                if skipped:
+                    diagnostics.append(Diagnostic(display, 0, skipped, "info"))
+                else:
+                    found.append((path, display))
+            for (path, display), (kinds, note) in zip(found, _sniff_all([p for p, _ in found], plugins, jobs)):
                 if not kinds:
                     diagnostics.append(Diagnostic(display, 0, note, "info"))
                 artifacts.extend(Artifact(kind, path, display, rank_from_path(display), full)
                                  for kind in kinds)
         else:
             display = root
+            skipped = _unreadable(root)
+            if skipped:
+                diagnostics.append(Diagnostic(display, 0, skipped, "info"))
+                continue
             kinds, note = _sniff(root, display, plugins)
             if not kinds:
                 raise InputError(display, note)
             artifacts.extend(Artifact(kind, root, display, rank_from_path(display), full) for kind in kinds)
     return artifacts, diagnostics
+
+
+def _walk(root: str, roots: list[str], follow: bool):
+    """(path, display, why skipped or "") for every file under `root`, in
+    sorted order; symlinked folders inside the given paths are read where
+    they really are, ones outside only with `follow` (each real folder once:
+    a symlink loop ends)."""
+    seen_dirs = {os.path.realpath(root)}
+    stack = [(root, "")]
+    while stack:
+        folder, prefix = stack.pop()
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError as exc:
+            yield folder, prefix or folder, f"folder not readable: {exc.strerror or exc}: skipped"
+            continue
+        subfolders = []
+        for entry in entries:
+            display = prefix + entry.name
+            path = entry.path
+            if entry.is_symlink():
+                why = _symlink_skip(path, roots, follow)
+                if why:
+                    yield path, display, why
+                    continue
+                if os.path.isdir(path):
+                    real = os.path.realpath(path)
+                    if real in seen_dirs or not follow:  # inside: read where it really is
+                        if not follow:
+                            yield path, display, "symlink to a folder inside the given paths: its files are read there"
+                        continue
+                    seen_dirs.add(real)
+                    subfolders.append((path, display + os.sep))
+                    continue
+            elif entry.is_dir(follow_symlinks=False):
+                if entry.name in _SKIP_DIRS:
+                    continue
+                seen_dirs.add(os.path.realpath(path))
+                subfolders.append((path, display + os.sep))
+                continue
+            why = _unreadable(path)
+            yield path, display, why
+        stack.extend(reversed(subfolders))
+
+
+def _symlink_skip(path: str, roots: list[str], follow: bool) -> str:
+    try:
+        os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "symlink loop: skipped"
+        return f"broken symlink ({exc.strerror or exc}): skipped"
+    if follow:
+        return ""
+    real = os.path.realpath(path)
+    if any(real == r or real.startswith(r.rstrip(os.sep) + os.sep) for r in roots):
+        return ""
+    return "symlink leading outside the given paths: skipped (use -L/--follow-symlinks to read it)"
+
+
+def _unreadable(path: str) -> str:
+    """Why a path is not read ("" when it is a regular file)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "symlink loop: skipped"
+        return f"cannot read: {exc.strerror or exc}: skipped"
+    kind = not_regular(mode)
+    return f"{kind}, not a regular file: skipped" if kind else ""
 
 
 def _sniff_all(paths: list[str], plugins, jobs: int) -> list[tuple[list[str], str]]:
@@ -233,14 +317,15 @@ class _Progress:
 
 
 def load_incident(paths, plugins, hung: bool = False, jobs: int | None = None,
-                  full: bool = False, progress=None, meanwhile=None) -> Incident:
+                  full: bool = False, progress=None, meanwhile=None,
+                  follow_symlinks: bool = False) -> Incident:
     """Discover, parse (in parallel for many files) and merge. `progress`,
     if given, is called as `progress(files_done, files_total, bytes_done,
     bytes_total)` while the artifacts are parsed (a CLI progress bar).
     `meanwhile()`, if given, runs while worker processes parse: start-up
     work of the caller's that can share the CPUs with parsing."""
     jobs = jobs if jobs is not None else (os.cpu_count() or 1)
-    artifacts, diagnostics = discover(paths, plugins, full, jobs)
+    artifacts, diagnostics = discover(paths, plugins, full, jobs, follow_symlinks)
     facts: list[Facts] = []
     errors: list[InputError] = []
     for parsed in _parse_all(artifacts, plugins, jobs, progress, meanwhile):
@@ -324,10 +409,32 @@ def merge(facts: list[Facts], artifacts: tuple = (), diagnostics=()) -> Incident
     _add_silent_ranks(ranks, groups, listed)
     _check_references(ranks, groups, diagnostics)
     read = tuple(m.ReadStats(f.path, f.kind, f.lines_read, f.unrecognized) for f in facts)
+    stuck.extend(_stated_stuck(messages.values()))
     return Incident(ranks=dict(sorted(ranks.items())), groups=groups, artifacts=tuple(artifacts),
                     diagnostics=tuple(diagnostics), stuck=_distinct_signals(stuck),
                     unattributed=tuple(unattributed), read=read,
                     messages=_attribute_messages(messages.values(), stated, ranks))
+
+
+MAX_STATED_STUCK = 200
+
+
+def _stated_stuck(hits) -> list[StuckSignal]:
+    """Catalogued lines that prove their printer was stuck in a
+    communication call (a watchdog timeout, a monitored barrier failing):
+    evidence that the job hangs, whichever reader found the line."""
+    from ..messages import catalogue
+
+    cat = catalogue()
+    out = []
+    for hit in hits:
+        entry = cat.get(hit.id)
+        if entry is not None and entry.stuck:
+            out.append(StuckSignal("stated_stuck", f"{entry.en} ({entry.id})", hit.evidence,
+                                   f"{entry.zh}（{entry.id}）"))
+            if len(out) >= MAX_STATED_STUCK:
+                break
+    return out
 
 
 def _distinct_signals(stuck: list[StuckSignal]) -> tuple[StuckSignal, ...]:

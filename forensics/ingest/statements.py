@@ -3,8 +3,9 @@
 A user's folder often holds only fragments — WARN lines pasted from three
 hosts, one rank's stderr, a traceback — in files no structured reader
 claims, or whose decisive line sits where a structured reader does not look.
-This reader claims every text file whose head holds a line the catalogue
-(rules/messages/) knows, finds every such line in the file with one search
+This reader claims every other text file whose head holds a line the
+catalogue (rules/messages/) knows (the NCCL and c10d log readers look up the
+lines they read themselves), finds every such line in the file with one search
 per file, and records each as a `MessageHit`, tagged with the process that
 printed it as far as the line's prefixes say: a launcher's `[rank3]:` or
 `[default3]:`, Ray's `(pid=N)`, NCCL's `host:pid:tid [dev]`, or the rank in
@@ -13,9 +14,10 @@ the file's name. What the lines mean is decided by rules (rules/stated_cause.py)
 
 from __future__ import annotations
 
-from ..messages import catalogue
-from ..model import Evidence, MessageHit, StuckSignal
+from .. import messages
+from ..model import Evidence, MessageHit
 from .facts import Facts
+from . import nccl, torchlog
 from .nccl import _PREFIX as _NCCL_PREFIX
 from .reader import reader_hooks
 from .textio import (STREAM_ERRORS, InputError, compression, file_size, has_nul, looks_binary, open_binary,
@@ -30,9 +32,14 @@ MAX_LINE = 64 * 1024
 
 
 def sniff(path: str, head: bytes) -> str | None:
+    """Text files holding a catalogued line that neither the NCCL nor the
+    c10d log reader claims: those two run the catalogue over the lines
+    they read themselves, at no second pass over a big log."""
     if has_nul(head) or looks_binary(head):
         return None
-    return KIND if catalogue().mentions(head.decode("utf-8", "replace")) else None
+    if nccl.sniff(path, head) or torchlog.sniff(path, head):
+        return None
+    return KIND if messages.catalogue().mentions(head.decode("utf-8", "replace")) else None
 
 
 def parse(artifact) -> Facts:
@@ -43,7 +50,7 @@ def parse(artifact) -> Facts:
                       f"searched for stated causes (its first {HEAD_WINDOW >> 20} MiB and last "
                       f"{TAIL_WINDOW >> 20} MiB were; lines of the last are numbered back from the end, "
                       f"-1 being the last line)", "info")
-    cat = catalogue()
+    cat = messages.catalogue()
     kept: dict[str, list[MessageHit]] = {}
     dropped: dict[str, int] = {}
     lines = 0
@@ -68,15 +75,11 @@ def parse(artifact) -> Facts:
                 bucket.pop(KEEP_PER_ENTRY // 2)
                 bucket.append(hit)
                 dropped[entry.id] = dropped.get(entry.id, 0) + 1
-            if entry.stuck:
-                facts.stuck.append(StuckSignal("stated_stuck", f"{entry.en} ({entry.id})", hit.evidence,
-                                               f"{entry.zh}（{entry.id}）"))
     for entry_id, count in dropped.items():
         facts.diag(0, f"{count} more lines of message {entry_id} not kept (the first and last "
                       f"{KEEP_PER_ENTRY // 2} are)", "info")
     facts.messages = sorted((h for hs in kept.values() for h in hs),
                             key=lambda h: (h.evidence.line < 0, h.evidence.line))
-    del facts.stuck[200:]
     facts.lines_read = lines
     return facts
 

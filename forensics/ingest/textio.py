@@ -6,10 +6,12 @@ returns text or raises `InputError` with a reason a person can act on.
 
 from __future__ import annotations
 
+import errno
 import gzip
 import io
 import os
 import re
+import stat
 import zlib
 
 HEAD_BYTES = 64 * 1024
@@ -33,10 +35,42 @@ class InputError(Exception):
         super().__init__(f"{where}: {message}")
 
 
+_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a folder"))
+
+
+def not_regular(mode: int) -> str:
+    """What a non-regular file is ("a FIFO (named pipe)", …), or "" for a regular file."""
+    if stat.S_ISREG(mode):
+        return ""
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+class NotRegular(OSError):
+    """Raised instead of opening a FIFO, socket or device: reading one can
+    block for ever (a FIFO with no writer) or never end (/dev/zero)."""
+
+
+def open_regular(path: str):
+    """`open(path, "rb")` for regular files only. The open itself does not
+    block (O_NONBLOCK: a FIFO opens at once), and the file is checked
+    after opening, so a file swapped for a pipe meanwhile is refused too."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        kind = not_regular(os.fstat(fd).st_mode)
+        if kind:
+            raise NotRegular(errno.EINVAL, f"{kind}, not a regular file: not read")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def compression(path: str) -> str:
     """"gzip", "zstd" or "" by the file's magic bytes, not its name."""
     try:
-        with open(path, "rb") as handle:
+        with open_regular(path) as handle:
             magic = handle.read(4)
     except OSError:
         return ""
@@ -55,10 +89,13 @@ def open_binary(path: str):
     """A binary reader with readline(), decompressing gzip and zstd."""
     kind = compression(path)
     if kind == "gzip":
-        return gzip.open(path, "rb")
+        raw = open_regular(path)
+        stream = gzip.GzipFile(fileobj=raw, mode="rb")
+        stream.myfileobj = raw  # what GzipFile closes with itself (it leaves a given fileobj open)
+        return stream
     if kind == "zstd":
-        return io.BufferedReader(ZstdStream(open(path, "rb"), path), 1 << 20)
-    return open(path, "rb")
+        return io.BufferedReader(ZstdStream(open_regular(path), path), 1 << 20)
+    return open_regular(path)
 
 
 class ZstdStream(io.RawIOBase):
@@ -236,6 +273,8 @@ def file_size(path: str) -> int:
 
 
 def _reason(exc: BaseException) -> str:
+    if isinstance(exc, NotRegular):
+        return exc.strerror
     if isinstance(exc, OSError) and exc.strerror:
         return exc.strerror.lower()
     return str(exc) or exc.__class__.__name__

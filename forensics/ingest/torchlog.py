@@ -64,7 +64,8 @@ from typing import NamedTuple
 
 from .. import lazy
 from .reader import reader_hooks
-from ..model import (DEFAULT_GROUP, CommOp, Evidence, GroupProgress, ProcessGroup, ProcessRecord,
+from .. import messages
+from ..model import (DEFAULT_GROUP, CommOp, Evidence, GroupProgress, MessageHit, ProcessGroup, ProcessRecord,
                      StuckSignal, normalize_op)
 from .facts import Facts
 from .cache import BoundedCache as _Cache
@@ -88,6 +89,7 @@ RECENT_OPS = 3
 WRAP_MIN = 60                # a hard-wrapped line is at least this long
 MAX_WRAP_CHECKS = 20_000     # parses spent per file on telling wraps from other output
 EVIDENCE_CHARS = 2000
+MAX_STATED = 512             # lines the message catalogue recognizes, kept per file
 MAX_GLUED = 8                # log lines looked for inside one line of other output
 
 # ---------------------------------------------------------------- sniffing
@@ -1103,6 +1105,7 @@ class _Reader:
 
     # -- records
     def _finish(self, record: _Pending) -> None:
+        self._stated(record)
         text = _Text(record.text())
         template = _template(text.masked)
         if record.dropped:
@@ -1123,6 +1126,23 @@ class _Reader:
         except Exception as exc:  # noqa: BLE001 - one record, not the file
             self.facts.diag(record.numbers[0], f"could not use this record ({exc.__class__.__name__}): "
                                                f"{record.fulls[0][:160]}", "error")
+
+    def _stated(self, record: _Pending) -> None:
+        """What the message catalogue recognizes in the record's lines."""
+        if len(self.facts.messages) >= MAX_STATED:
+            return
+        kind, value = record.key if isinstance(record.key, tuple) and len(record.key) == 2 else (None, None)
+        proc = self.procs.get(record.key)
+        rank = value if kind == "rank" else None
+        local = value if kind == "local" else None
+        pid = value if kind == "pid" else (proc.pid if proc is not None else None)
+        host = proc.host if proc is not None else ""
+        cat = messages.catalogue()
+        for body, full, number in zip(record.bodies, record.fulls, record.numbers):
+            for entry, found in cat.match(body):
+                self.facts.messages.append(MessageHit(
+                    entry.id, tuple(sorted(found.items())),
+                    Evidence(self.display, number, full.rstrip()[:EVIDENCE_CHARS]), rank, host, pid, local))
 
     def _unrecognized(self, record: _Pending, why: _Unreadable) -> None:
         self.facts.unrecognized += 1

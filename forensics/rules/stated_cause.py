@@ -20,7 +20,7 @@ import re
 from collections import defaultdict
 
 from ..hookspecs import hookimpl
-from ..messages import catalogue
+from .. import messages
 from ..model import Culprit, Finding, MessageHit, address_host
 from ..ranges import compact
 from ..ruledocs import RuleDoc
@@ -54,7 +54,7 @@ HINTS = {
 
 
 def _hits(incident) -> list[tuple[MessageHit, object]]:
-    cat = catalogue()
+    cat = messages.catalogue()
     return [(hit, entry) for hit in incident.messages if (entry := cat.get(hit.id)) is not None]
 
 
