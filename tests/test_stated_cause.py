@@ -161,3 +161,18 @@ def test_structural_verdicts_lead_and_stated_ones_corroborate(tmp_path):
 ])
 def test_expected_culprits_match_by_the_fields_given(culprit, wanted, same):
     assert _same_process(culprit, wanted) is same
+
+
+@pytest.mark.parametrize("fmt, needles", [
+    ("text", ["culprit processes: addr 10.1.0.12<48212>", "confidence: medium"]),
+    ("markdown", ["culprit processes: addr 10.1.0.12\\<48212\\>", "*confidence: medium"]),
+    ("html", ['<div class="processes">culprit processes: addr 10.1.0.12&lt;48212&gt;</div>',
+              '<div class="confidence medium">confidence: <b>medium</b>']),
+])
+def test_every_report_shows_the_culprit_processes_and_the_confidence(tmp_path, fmt, needles):
+    (tmp_path / "warns.txt").write_text(EXAMPLES["sample-ib-completion"] + "\n", encoding="utf-8")
+    out = tmp_path / f"report.{fmt}"
+    assert main(["analyze", str(tmp_path / "warns.txt"), "-f", fmt, "-o", str(out), "--no-plugins", "-q"]) == 1
+    text = out.read_text(encoding="utf-8")
+    for needle in needles:
+        assert needle in text, (needle, text[:600])
