@@ -206,6 +206,15 @@ _OP_ALIASES = {
     "recvanysource": "recv", "barrier": "barrier", "monitored_barrier": "monitored_barrier",
     "monitoredbarrier": "monitored_barrier", "allgather_into_tensor_coalesced": "all_gather_into_tensor",
     "reduce": "reduce", "gather": "gather", "scatter": "scatter",
+    # Flight Recorder's own spellings of the collective a call launches:
+    # broadcast/reduce with separate buffers (the members of an uneven
+    # all_gather or reduce_scatter), the one-tensor forms, NCCL's barrier
+    # (a one-element all_reduce), uneven per-rank counts.
+    "_broadcast_oop": "broadcast", "_reduce_oop": "reduce",
+    "_all_gather_base": "all_gather_into_tensor", "all_gather_single": "all_gather_into_tensor",
+    "reduce_scatter_single": "reduce_scatter_tensor", "all_gather_v": "all_gather",
+    "reduce_scatter_v": "reduce_scatter", "all_to_all_v_single": "all_to_all_single",
+    "all_reduce_barrier": "barrier", "sparse_all_reduce": "all_reduce",
 }
 
 
@@ -267,6 +276,9 @@ class CommOp:
     evidence: Evidence | None = None
     # Output tensor shapes where the artifact records them (Flight Recorder).
     out_sizes: tuple[tuple[int, ...], ...] = ()
+    # Output dtypes where the artifact records them ("" when it lists none,
+    # as a gather's non-root does); None when it does not say.
+    out_dtype: str | None = None
 
     @property
     def is_collective(self) -> bool:

@@ -41,6 +41,15 @@ What a dump says becomes one `ProcessRecord` for the rank in its file name
   a rank with nothing unfinished keeps its latest call, completed;
 - send/recv peers in profiling names (`send 0->1`, `recv 1<-0`) are
   group-local indices: mapped to global ranks through the group's members;
+  `recv 1<-?` and Gloo's `recvAnySource` wait on any peer;
+- the backend prefix (`nccl:`, `ncclx:`, `gloo:`, `xccl:`, `nccl2:`, …) is
+  whatever precedes the last colon; op names Flight Recorder spells its own
+  way (`_reduce_oop`, `all_gather_single`, `all_reduce_barrier`) become the
+  collective they launch (model.normalize_op), and calls whose counts differ
+  per rank by design (`all_gather_v`, `reduce_scatter_v`) keep no sizes to
+  compare;
+- a call's input dtypes are its `dtype`, its output dtypes `out_dtype`
+  ("" for a gather's non-root, which lists no output);
 - the stuck entry's stack (`frames`, pickles only) is cited by its innermost
   frames of the job's own code (torch's are skipped), as FR prints them:
   `#2 train_step from /job/train.py:15`.
@@ -276,15 +285,23 @@ def _sizes(value) -> tuple:
     return tuple(out)
 
 
+# Calls whose tensors differ from rank to rank by design (each rank brings its
+# own count): their sizes say nothing another rank's could be compared to.
+_UNEVEN = frozenset({"all_gather_v", "reduce_scatter_v"})
+
+
 @functools.lru_cache(maxsize=4096)
-def _call(name: str) -> tuple[str, str, bool]:
-    """`nccl:send 0->1` → ("nccl", "send", False); `nccl:coalesced`,
-    `gloo:allreduce_coalesced` → (…, "coalesced", True)."""
-    backend, _, call = name.partition(":") if ":" in name else ("", "", name)
+def _call(name: str) -> tuple[str, str, bool, str]:
+    """`nccl:send 0->1` → ("nccl", "send", False, "send"); `nccl:coalesced`,
+    `gloo:allreduce_coalesced` → (…, "coalesced", True, …); the last item
+    is the recorded op name, lower-cased. The backend is whatever precedes
+    the last colon (`nccl`, `ncclx`, `gloo`, `xccl`, `nccl2`, …): op names
+    hold none."""
+    backend, _, call = name.rpartition(":")
     token = call.strip().split(" ", 1)[0].lower()
     if token.endswith("coalesced"):
-        return backend.strip().lower(), "coalesced", True
-    return backend.strip().lower(), normalize_op(name[:200]), False
+        return backend.strip().lower(), "coalesced", True, token
+    return backend.strip().lower(), normalize_op(call[:200]), False, token
 
 
 def _group_of(group, pg_id) -> tuple[str, str]:
@@ -333,6 +350,10 @@ class _Table:
 
     def op(self, pos: int) -> str:
         return self.calls[self.name[pos]][1]
+
+    def recorded(self, pos: int) -> str:
+        """The op name as the dump spells it (`_reduce_oop`, `all_gather_v`)."""
+        return self.calls[self.name[pos]][3]
 
     def closing(self, pos: int) -> bool:
         """A coalesced group's closing entry (`nccl:coalesced`, `*_coalesced`)."""
@@ -738,13 +759,15 @@ class _Reader:
         table = self.table
         members = table.members.get(pos, ())
         peers = _peers(table, pos, self.members_of) if table.is_p2p[pos] or members else ()
-        sizes, dtype = _sizes(table.get(pos, "input_sizes")), _dtype(table.get(pos, "input_dtypes"))
-        out_sizes = _sizes(table.get(pos, "output_sizes"))
+        sizes, out_sizes = _sizes(table.get(pos, "input_sizes")), _sizes(table.get(pos, "output_sizes"))
         if members:
             sizes = tuple(s for m in members for s in _sizes(table.get(m, "input_sizes")))[:MAX_TENSORS] or sizes
             out_sizes = tuple(s for m in members
                               for s in _sizes(table.get(m, "output_sizes")))[:MAX_TENSORS] or out_sizes
-            dtype = next((d for d in (_dtype(table.get(m, "input_dtypes")) for m in members) if d), dtype)
+        if table.recorded(pos) in _UNEVEN:
+            sizes = out_sizes = ()
+        dtype, out_dtype = _dtypes(table, members or (pos,))
+        any_source = table.op(pos) == "recv" and not peers and _any_source(table.name[pos])
         timeout = table.get(pos, "timeout_ms")
         timeout = timeout if _fits(timeout) and timeout >= 0 else None
         done, timed_out = table.done[pos], pos in table.timed
@@ -756,8 +779,9 @@ class _Reader:
             text += f" ({len(members)} coalesced ops)"
         op = self.ops[pos] = CommOp(
             op=table.op(pos), group=gid, seq=seq, state="completed" if done else table.state[pos], peers=peers,
+            any_source=any_source,
             sizes=sizes, dtype=dtype, timeout_ms=timeout, elapsed_ms=timeout if timed_out else None,
-            out_sizes=out_sizes,
+            out_sizes=out_sizes, out_dtype=out_dtype,
             evidence=Evidence(self.display, self.line(pos), text))
         return op
 
@@ -851,8 +875,44 @@ def _by_group(table: _Table) -> dict[str, list[int]]:
     return out
 
 
-def _dtype(dtypes) -> str:
-    return dtypes[0][:40] if type(dtypes) in (list, tuple) and dtypes and type(dtypes[0]) is str else ""
+def _dtypes(table: _Table, positions) -> tuple[str, str | None]:
+    """(input dtypes, output dtypes) of a call (of every member of a
+    coalesced group), each comma-joined; the outputs are None when the dump
+    lists none at all, "" when it lists an empty list (a gather's non-root).
+    Entries whose dtypes are not lists of names claim nothing: ("", None)."""
+    inputs, outputs, listed = {}, {}, False
+    for pos in positions:
+        names_in = _dtype_names(table.get(pos, "input_dtypes"))
+        raw = table.get(pos, "output_dtypes")
+        names_out = _dtype_names(raw)
+        if names_in is None or names_out is None:
+            return "", None
+        listed = listed or raw is not None
+        inputs.update(dict.fromkeys(names_in))
+        outputs.update(dict.fromkeys(names_out))
+    return ",".join(inputs), (",".join(outputs) if listed else None)
+
+
+def _dtype_names(value) -> list[str] | None:
+    """A dump's dtype list (`["Float", "Float"]`) as its names; a bare
+    string is one name, an empty list or string none. Anything else (a
+    list of non-names): None."""
+    if type(value) is str:
+        return [value[:40]] if value else []
+    if value is None:
+        return []
+    if type(value) not in (list, tuple):
+        return None
+    names = value[:MAX_TENSORS]
+    if not all(type(name) is str for name in names):
+        return None
+    return [name[:40] for name in names if name]
+
+
+def _any_source(name: str) -> bool:
+    """`gloo:recvAnySource`, or a recv whose source is `?` (`recv 1<-?`)."""
+    call = name.rpartition(":")[2].strip().lower()
+    return call.startswith("recvanysource") or bool(re.match(r"recv\s+\d+\s*<-\s*\?", call))
 
 
 def _missing(raw: dict, field: str) -> str:

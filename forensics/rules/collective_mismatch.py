@@ -1,6 +1,12 @@
 """collective-mismatch: members of one group at the same position (seq) call
-different collectives, or the same one with different sizes or dtypes. No
-amount of waiting completes such a call: it needs no evidence of a hang.
+different collectives, or the same one with different sizes or dtypes, or a
+call whose own buffers cannot work (an all_gather whose output is not input
+x group size). No amount of waiting completes such a call: it needs no
+evidence of a hang. Which buffers members must pass alike depends on the
+collective: a gather's outputs exist only on its root, a scatter's inputs
+only on its root, an all_to_all's split is each rank's own (only the group's
+totals must agree). docs/flight-recorder.md has the table, and how this
+agrees with PyTorch's own analyzer.
 
 Two more of the classes PyTorch's Flight Recorder analyzer reports, each its
 own rule, every position of every group (the analyzer stops at a group's
@@ -77,7 +83,7 @@ def forensics_findings(incident):
         if _differs(ops, _OP):
             findings.append(_finding(group, seq, ops, "op", _OP))
             continue  # sizes and dtypes of different collectives say nothing more
-        for field, key in (("dtype", _DTYPE), ("sizes", _SIZES), ("out_sizes", _OUT_SIZES)):
+        for field, key in _compared(next(iter(ops.values())).op):
             if _differs(ops, key):
                 findings.append(_finding(group, seq, ops, field, key))
     numbered = defaultdict(dict)  # group → {seq: {rank: CommOp}}
@@ -85,6 +91,7 @@ def forensics_findings(incident):
         if seq != "?" and not group.startswith(UNIDENTIFIED_GROUP):
             numbered[group][seq] = ops
     findings += _syntax_mismatches(incident, positions)
+    findings += _exchange_mismatches(incident, positions)
     for group in sorted(numbered, key=str):
         findings += _state_mismatches(group, numbered[group])
         findings += _missing_ranks(incident, group, numbered[group], set(numbered))
@@ -96,7 +103,19 @@ def _OP(op):
 
 
 def _DTYPE(op):
-    return op.dtype
+    """A call's dtypes as compared and shown: `Float`, or `Float→Half`
+    when its output dtypes differ from its input's (`Float→` when it
+    lists none)."""
+    source, target = _dtypes(op)
+    return source if source == target else f"{source}→{target}"
+
+
+def _IN_DTYPE(op):
+    return _dtypes(op)[0]
+
+
+def _OUT_DTYPE(op):
+    return _dtypes(op)[1]
 
 
 def _SIZES(op):
@@ -105,6 +124,40 @@ def _SIZES(op):
 
 def _OUT_SIZES(op):
     return op.out_sizes
+
+
+# ---------------------------------------------------------------- what each collective's members share
+
+# Which buffers every member of a collective passes alike, so are compared
+# across ranks (PyTorch's analyzer compares the same ones: types.py
+# `Op.match`, `Op.dtype_mismatch`):
+_ROOT_RECEIVES = frozenset({"gather"})    # only the root has outputs (the others list none)
+_ROOT_SENDS = frozenset({"scatter"})      # only the root has inputs
+_ROOT_BUFFER = frozenset({"broadcast"})   # the root's tensor lands in every output: outputs tell
+# Each rank brings its own split of the exchange: per-rank counts may differ,
+# the group's totals may not (see `_exchange_mismatches`).
+_EXCHANGES = frozenset({"all_to_all", "all_to_all_single"})
+# Calls whose own input and output must hold one dtype (in-place, or the same
+# data moved): all but the rooted ones, and a coalesced group, whose members
+# may be different collectives.
+_MIXED_DTYPES_OK = _ROOT_RECEIVES | _ROOT_SENDS | _ROOT_BUFFER | {"coalesced"}
+def _dtypes(op) -> tuple[str, str]:
+    """(input dtypes, output dtypes) of a call; the inputs' where the
+    artifact records no output dtypes."""
+    return op.dtype, op.dtype if op.out_dtype is None else op.out_dtype
+
+
+def _compared(kind: str) -> tuple:
+    """(field, key) of what the members of a `kind` call must agree on."""
+    if kind in _ROOT_RECEIVES:
+        return ("dtype", _IN_DTYPE), ("sizes", _SIZES)
+    if kind in _ROOT_SENDS:
+        return ("dtype", _OUT_DTYPE), ("out_sizes", _OUT_SIZES)
+    if kind in _ROOT_BUFFER:
+        return ("dtype", _OUT_DTYPE), ("sizes", _SIZES), ("out_sizes", _OUT_SIZES)
+    if kind in _EXCHANGES:
+        return (("dtype", _DTYPE),)
+    return ("dtype", _DTYPE), ("sizes", _SIZES), ("out_sizes", _OUT_SIZES)
 
 
 def _differs(ops, key) -> bool:
@@ -165,24 +218,37 @@ def _numel(shape) -> int:
     return total
 
 
-def _syntax(op, size: int) -> tuple[str, str] | None:
-    """What is wrong with one call's own input and output shapes, as
-    PyTorch's analyzer checks them (SIZE_OR_SYNTAX_MISMATCH), or None."""
+def _total(shapes) -> int:
+    """Elements in all of a call's tensors: a flattened all_gather output
+    ([[2048]]) and the list form, one tensor per rank ([[1024], [1024]]),
+    hold the same."""
+    return sum(map(_numel, shapes))
+
+
+def _syntax(op, size: int) -> list[tuple[str, str]]:
+    """What is wrong with one call's own buffers, as PyTorch's analyzer
+    checks them (SIZE_OR_SYNTAX_MISMATCH, and COLLECTIVE_DTYPE_MISMATCH for
+    a call whose input and output dtypes differ): (text, text_zh) each."""
+    wrong = []
+    source, target = _dtypes(op)
+    if op.op not in _MIXED_DTYPES_OK and source and target and source != target:
+        wrong.append((f"its input is {source} but its output {target} ({op.op} moves data of one dtype)",
+                      f"输入为 {source} 而输出为 {target}（{op.op} 的输入与输出 dtype 相同）"))
     if not op.sizes or not op.out_sizes:
-        return None
+        return wrong
+    read, written = _total(op.sizes), _total(op.out_sizes)
     if op.op in _SAME_SHAPE and op.sizes != op.out_sizes:
-        return (f"its input {[list(s) for s in op.sizes]} and output {[list(s) for s in op.out_sizes]} differ "
-                "(an all_reduce writes what it reads)",
-                f"输入 {[list(s) for s in op.sizes]} 与输出 {[list(s) for s in op.out_sizes]} 不同（all_reduce 的输出与输入同形）")
-    if op.op in _GATHERS and _numel(op.out_sizes[0]) != _numel(op.sizes[0]) * size:
-        return (f"its output holds {_numel(op.out_sizes[0]):,} elements, not input {_numel(op.sizes[0]):,} × "
-                f"group size {size}",
-                f"输出 {_numel(op.out_sizes[0]):,} 个元素，不等于输入 {_numel(op.sizes[0]):,} × 组大小 {size}")
-    if op.op in _SCATTERS and _numel(op.sizes[0]) != _numel(op.out_sizes[0]) * size:
-        return (f"its input holds {_numel(op.sizes[0]):,} elements, not output {_numel(op.out_sizes[0]):,} × "
-                f"group size {size}",
-                f"输入 {_numel(op.sizes[0]):,} 个元素，不等于输出 {_numel(op.out_sizes[0]):,} × 组大小 {size}")
-    return None
+        wrong.append((f"its input {[list(s) for s in op.sizes]} and output {[list(s) for s in op.out_sizes]} "
+                       "differ (an all_reduce writes what it reads)",
+                       f"输入 {[list(s) for s in op.sizes]} 与输出 {[list(s) for s in op.out_sizes]} 不同"
+                       "（all_reduce 的输出与输入同形）"))
+    elif op.op in _GATHERS and written != read * size:
+        wrong.append((f"its output holds {written:,} elements, not input {read:,} × group size {size}",
+                      f"输出 {written:,} 个元素，不等于输入 {read:,} × 组大小 {size}"))
+    elif op.op in _SCATTERS and read != written * size:
+        wrong.append((f"its input holds {read:,} elements, not output {written:,} × group size {size}",
+                      f"输入 {read:,} 个元素，不等于输出 {written:,} × 组大小 {size}"))
+    return wrong
 
 
 def _syntax_mismatches(incident, positions) -> list[Finding]:
@@ -194,8 +260,7 @@ def _syntax_mismatches(incident, positions) -> list[Finding]:
             continue
         size = len(incident.members(group))
         for rank, op in ops.items():
-            wrong = _syntax(op, size)
-            if wrong is not None:
+            for wrong in _syntax(op, size):
                 by_group[group].append((seq, rank, op, *wrong))
     findings = []
     for group in sorted(by_group, key=str):
@@ -206,11 +271,43 @@ def _syntax_mismatches(incident, positions) -> list[Finding]:
         done = all(op.state == "completed" for _, _, op, _, _ in items)
         findings.append(Finding(
             ID, KIND, "warning" if done else "error", tuple(sorted({rank for _, rank, *_ in items})),
-            f"Group {group}: calls whose input and output shapes do not fit the group's size "
-            f"({len(incident.members(group))} ranks): " + "; ".join(parts) + more + ".",
-            tuple(op.evidence for _, _, op, _, _ in items[:8] if op.evidence), HINT,
-            f"通信组 {group}：输入与输出形状与组大小（{len(incident.members(group))} 个 Rank）不符的调用："
+            f"Group {group} ({len(incident.members(group))} ranks): calls whose own input and output cannot "
+            f"work: " + "; ".join(parts) + more + ".",
+            tuple(dict.fromkeys(op.evidence for _, _, op, _, _ in items[:8] if op.evidence)), HINT,
+            f"通信组 {group}（{len(incident.members(group))} 个 Rank）：自身输入与输出无法成立的调用："
             + "；".join(parts_zh) + ("……" if more else "") + "。", HINT_ZH))
+    return findings
+
+
+def _exchange_mismatches(incident, positions) -> list[Finding]:
+    """An all_to_all whose members' splits do not add up: what the group
+    sends in total is not what it receives. Each rank's counts may differ,
+    so only the totals tell, and only when every member's call is known
+    (PyTorch's analyzer: "Input/output mismatch"); nobody can be singled
+    out, so every member is named."""
+    findings = []
+    for (group, seq), ops in sorted(positions.items(), key=lambda kv: (str(kv[0][0]), str(kv[0][1]))):
+        if group.startswith(UNIDENTIFIED_GROUP) or seq == "?":
+            continue
+        kinds = {op.op for op in ops.values()}
+        if len(kinds) != 1 or not kinds <= _EXCHANGES or set(ops) < set(incident.members(group)):
+            continue
+        if not all(op.sizes and op.out_sizes for op in ops.values()):
+            continue
+        sent = sum(_total(op.sizes) for op in ops.values())
+        received = sum(_total(op.out_sizes) for op in ops.values())
+        if sent == received:
+            continue
+        kind = kinds.pop()
+        done = all(op.state == "completed" for op in ops.values())
+        first = ops[min(ops)]
+        findings.append(Finding(
+            ID, KIND, "warning" if done else "error", tuple(sorted(ops)),
+            f"Group {group}, position {seq}: the members' {kind} calls send {sent:,} elements in total but "
+            f"receive {received:,}: some rank's split sizes do not match what its peers expect from it.",
+            (first.evidence,) if first.evidence else (), HINT,
+            f"通信组 {group}，第 {seq} 次：各成员的 {kind} 共发送 {sent:,} 个元素，却共接收 {received:,} 个："
+            f"某个 Rank 的切分大小与其对端的预期不符。", HINT_ZH))
     return findings
 
 
@@ -390,11 +487,15 @@ RULES = (RuleDoc(
     ID, "Collective mismatch", "集合通信失配", "error",
     "Members of one process group at the same position (sequence number) call different collectives, "
     "or the same collective with different sizes or dtypes: one rank calls a collective the others "
-    "skip (`if rank == 0: all_reduce()`), or uneven shards end one rank's loop early. Every position "
-    "is compared, not only the first; a disagreement in calls that all completed is a warning.",
+    "skip (`if rank == 0: all_reduce()`), or uneven shards end one rank's loop early. Only the buffers "
+    "every member passes alike are compared (a gather's outputs exist only on its root; an all_to_all "
+    "must only add up over the group); a call whose own input and output cannot work is reported too. "
+    "Every position is compared, not only the first; a disagreement in calls that all completed is a "
+    "warning.",
     "同一进程组的成员在相同位置（序号）调用了不同的集合通信，或同一集合通信的大小、dtype 不同："
     "某个 Rank 调用了其他 Rank 跳过的集合通信（`if rank == 0: all_reduce()`），或数据分片不均使某个 Rank "
-    "提前结束循环。比较所有位置而不仅是第一个；已全部完成的调用之间的不一致记为警告。",
+    "提前结束循环。只比较所有成员都同样传入的缓冲区（gather 的输出只在 root 上存在；all_to_all 只需全组总量相符）；"
+    "自身输入与输出无法成立的调用也会报告。比较所有位置而不仅是第一个；已全部完成的调用之间的不一致记为警告。",
     HINT, HINT_ZH, kinds=(KIND,), source=__name__),
     RuleDoc(
         STATE_ID, "Members disagree on a call's state", "成员对调用状态不一致", "warning",
