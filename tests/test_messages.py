@@ -157,3 +157,17 @@ def test_forensics_messages_list_and_show(capsys):
     assert main(["messages", "show", entry.id, "--lang", "zh"]) == 0
     assert entry.zh in capsys.readouterr().out
     assert main(["messages", "show", "no-such-message"]) == 2
+
+
+def test_a_folder_holding_any_one_catalogued_line_never_exits_2(tmp_path):
+    """Whatever single line a user pastes, if the catalogue knows it, the
+    folder is read (exit 0 or 1), never refused as unrecognized."""
+    refused = []
+    for entry in SHIPPED:
+        folder = tmp_path / entry.id
+        folder.mkdir()
+        (folder / "pasted.txt").write_text(entry.example + "\n", encoding="utf-8")
+        code = main(["analyze", str(folder), "--no-plugins", "-q", "-j", "1", "-o", str(folder / "report.txt")])
+        if code not in (0, 1):
+            refused.append(entry.id)
+    assert not refused
