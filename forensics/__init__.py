@@ -24,9 +24,10 @@ _SEED_RULES = (
 
 
 def analyze(paths, hung: bool = False, plugins=None, jobs: int | None = None, full: bool = False,
-            follow_symlinks: bool = False):
+            follow_symlinks: bool = False, exclude=frozenset()):
     """Read every artifact under `paths` and return the Report. Symlinks that
-    leave `paths` are skipped unless `follow_symlinks`."""
+    leave `paths` are skipped unless `follow_symlinks`; files whose path
+    relative to their folder is in `exclude` are not read."""
     from .analysis import analyze_incident as _analyze, prepare
     from .ingest import load_incident
     from .plugins import Plugins
@@ -36,7 +37,8 @@ def analyze(paths, hung: bool = False, plugins=None, jobs: int | None = None, fu
     plugins = plugins or Plugins()
     with gc_paused():
         incident = load_incident([str(p) for p in paths], plugins, hung=hung, jobs=jobs, full=full,
-                                 meanwhile=lambda: prepare(plugins), follow_symlinks=follow_symlinks)
+                                 meanwhile=lambda: prepare(plugins), follow_symlinks=follow_symlinks,
+                                 exclude=frozenset(exclude))
         return _analyze(incident, plugins)
 
 

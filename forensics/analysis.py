@@ -90,15 +90,24 @@ STATED = "stated-"  # rules/stated_cause.py: causes read from what a message say
 
 
 def defer_stated(findings: list[Finding]) -> list[Finding]:
-    """A cause a message states yields to the same verdict drawn from rank
-    states (that one has the whole picture); it stays, as a warning, to
-    corroborate."""
-    structural = {VERDICT_OF_KIND[f.kind] for f in findings if f.severity == "error"
-                  and f.kind in VERDICT_OF_KIND and not f.rule.startswith(STATED)}
+    """A cause a message states yields to a verdict drawn from rank states
+    (that one has the whole picture: a survivor's exit or a peer's closed
+    socket after the others waited on a missing rank is a consequence);
+    it stays, as a warning, to corroborate. It keeps its weight only where
+    it says what became of a rank the rank states blame (that rank died,
+    not merely elsewhere)."""
+    structural = [f for f in findings if f.severity == "error" and f.kind in VERDICT_OF_KIND
+                  and not f.rule.startswith(STATED)]
     if not structural:
         return findings
+    verdicts = {VERDICT_OF_KIND[f.kind] for f in structural}
+    blamed = {r for f in structural for r in f.ranks}
+
+    def keeps(f: Finding) -> bool:
+        return VERDICT_OF_KIND.get(f.kind) not in verdicts and bool(set(f.ranks) & blamed)
+
     return [replace(f, severity="warning") if f.severity == "error" and f.rule.startswith(STATED)
-            and VERDICT_OF_KIND.get(f.kind) in structural else f for f in findings]
+            and f.kind in VERDICT_OF_KIND and not keeps(f) else f for f in findings]
 
 
 _CYCLE_KINDS = frozenset(kind for kind, verdict in VERDICT_OF_KIND.items() if verdict == "deadlock")

@@ -9,6 +9,7 @@ more evidence, a wait on a rank that sent nothing does.
 
 from __future__ import annotations
 
+from .ingest import IMPLIED
 from .model import UNKNOWN, Confidence, Culprit
 from .ranges import compact
 
@@ -50,6 +51,15 @@ def _by_shape(report) -> Confidence:
         return Confidence("high", "the ranks' own records show different calls at the same position of one group",
                           "各 Rank 自己的记录显示同一组的同一位置上调用不同")
     if verdict in ("missing_rank", "dead_rank", "network_fault"):
+        implied = [r for r in report.culprit_ranks if r in silent and IMPLIED in incident.ranks[r].why]
+        if implied:
+            return Confidence(
+                "low", f"rank {compact(implied)} is only known to exist because higher ranks do (ranks run from 0); "
+                       "the world size is not known from these files, so other ranks may be missing too",
+                f"Rank {compact(implied)} 只是因为更高编号的 Rank 存在而推断存在（Rank 从 0 编号）；这些文件看不出作业规模，"
+                "可能还有其他 Rank 缺失",
+                (f"logs or stack dumps of rank {compact(implied)} and of every other rank of the job",),
+                (f"Rank {compact(implied)} 以及作业中其他所有 Rank 的日志或栈",))
         if silent:
             return Confidence(
                 "medium", f"{len(silent)} rank(s) sent no artifact of their own ({compact(silent)}): "

@@ -29,6 +29,9 @@ from .model import address_host
 from .report.json_report import node_json
 
 EXPECTED = "expected.yaml"
+# An incident's own description of itself: never evidence (it quotes the very
+# lines the verdict should come from).
+METADATA = frozenset({EXPECTED, "SOURCE.md"})
 _KNOWN_KEYS = {"description", "verdict", "culprit_ranks", "culprits", "confidence", "cycles", "findings", "absent_findings",
                "decided_by", "narrative_contains", "args", "xfail", "scenario", "how",
                "captured_with", "regenerate", "notes", "compressed", "capture"}
@@ -135,7 +138,7 @@ def run_case(folder: str, plugins_factory) -> CaseResult:
     try:
         expected = load_expected(os.path.join(folder, EXPECTED))
         args = expected.get("args") or {}
-        report = analyze(folder, hung=bool(args.get("hung")), plugins=plugins_factory())
+        report = analyze(folder, hung=bool(args.get("hung")), plugins=plugins_factory(), exclude=METADATA)
     except InputError as exc:
         return CaseResult(name, folder, "error", problems=[str(exc)],
                           seconds=time.perf_counter() - started)

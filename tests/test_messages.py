@@ -119,15 +119,16 @@ def test_lines_with_literals_numbers_lines_from_one():
     assert [n for n, _ in cat.lines_with_literals(text)] == [2, 4]
 
 
-def test_a_fragment_of_pasted_warn_lines_is_read_with_hosts_and_no_rank(tmp_path):
+def test_pasted_nccl_warn_lines_are_looked_up_by_the_nccl_reader_with_host_and_pid(tmp_path):
     example = next(e for e in SHIPPED if e.project == "nccl" and e.cause == "network_fault"
                    and "peer_addr" in e.facts and " NCCL WARN " in e.example)
-    (tmp_path / "pasted.txt").write_text("from the three hosts:\n" + example.example + "\n", encoding="utf-8")
-    from forensics.ingest import statements
+    path = tmp_path / "pasted.txt"
+    path.write_text("from the three hosts:\n" + example.example + "\n", encoding="utf-8")
+    from forensics.ingest import nccl, statements
 
-    artifact = Artifact(statements.KIND, str(tmp_path / "pasted.txt"), "pasted.txt")
-    assert statements.sniff(artifact.path, (tmp_path / "pasted.txt").read_bytes()) == statements.KIND
-    facts = statements.parse(artifact)
+    head = path.read_bytes()
+    assert nccl.sniff(str(path), head) and statements.sniff(str(path), head) is None
+    facts = nccl.parse(str(path), "pasted.txt")
     hit = next(h for h in facts.messages if h.id == example.id)
     assert hit.evidence.line == 2 and hit.rank is None and hit.host and hit.pid is not None
     assert dict(hit.facts) == example.facts
@@ -143,7 +144,6 @@ def test_launcher_prefixes_say_which_rank_printed_a_line(tmp_path):
     facts = statements.parse(Artifact(statements.KIND, str(tmp_path / "console.log"), "console.log", rank_hint=5))
     hit = next(h for h in facts.messages if h.id == example.id)
     assert hit.rank == 0  # the prefix, not the file's rank hint
-    assert facts.stuck and facts.stuck[0].evidence.line == 1
 
 
 def test_forensics_messages_list_and_show(capsys):

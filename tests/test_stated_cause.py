@@ -121,8 +121,18 @@ def test_a_catalogued_stuck_line_no_structured_reader_knows_is_stuck_evidence(tm
     assert report["decided_by"][0]["evidence"]["path"] == "pasted.txt"
 
 
-def test_a_timeout_alone_is_inconclusive_and_says_what_would_decide(tmp_path):
+def test_a_timeout_alone_blames_the_lower_ranks_it_proves_exist_with_low_confidence(tmp_path):
+    """Rank 1 timed out waiting in all_reduce #5: rank 0 exists (ranks run
+    from 0) and sent nothing. How many more ranks there are, nothing says."""
     code, report = analyze(tmp_path, {"rank1.log": EXAMPLES["sample-watchdog-timeout"] + "\n"})
+    assert code == 1 and report["verdict"] == "missing_rank" and report["culprit_ranks"] == [0]
+    assert report["confidence"]["level"] == "low" and report["confidence"]["missing"]
+    assert "world size is not known" in report["confidence"]["reason"]
+
+
+def test_a_timeout_of_a_high_rank_alone_is_inconclusive_and_says_what_would_decide(tmp_path):
+    line = EXAMPLES["sample-watchdog-timeout"].replace("[rank1]", "[rank37]").replace("[Rank 1]", "[Rank 37]")
+    code, report = analyze(tmp_path, {"rank37.log": line + "\n"})
     assert code == 0 and report["verdict"] == "inconclusive"
     assert report["confidence"]["level"] == "low" and report["confidence"]["missing"]
     assert "What would decide it" in report["root_cause"]["narrative"]

@@ -12,15 +12,15 @@ from . import stacks, workers
 from .attribution import PidMap, attribute, rank_from_path
 from .facts import Facts
 from .records import groups_from_comms, state_from_records
-from .textio import InputError, file_size, looks_binary, not_regular, read_head
+from .textio import InputError, file_size, looks_binary, not_regular, read_head, take_notes
 
 __all__ = ["InputError", "discover", "load_incident", "merge", "rank_from_path"]
 
 _SKIP_DIRS = {".git", "__pycache__", ".hg", ".svn"}
 
 
-def discover(paths, plugins, full: bool = False, jobs: int = 1,
-             follow_symlinks: bool = False) -> tuple[list[Artifact], list[Diagnostic]]:
+def discover(paths, plugins, full: bool = False, jobs: int = 1, follow_symlinks: bool = False,
+             exclude: frozenset = frozenset()) -> tuple[list[Artifact], list[Diagnostic]]:
     """Find the artifacts under `paths` and ask the parsers which kind each is.
 
     Only regular files are read: a FIFO (PyTorch keeps its Flight Recorder
@@ -32,6 +32,8 @@ def discover(paths, plugins, full: bool = False, jobs: int = 1,
     A path that does not exist, or a file named explicitly that no parser
     claims, is unusable input (InputError). Files found while walking a
     folder that nobody claims become info diagnostics: listed, not lost.
+    Files whose path relative to their folder is in `exclude` are not
+    artifacts at all (a replayed incident's expected.yaml and SOURCE.md).
     """
     artifacts: list[Artifact] = []
     diagnostics: list[Diagnostic] = []
@@ -42,6 +44,8 @@ def discover(paths, plugins, full: bool = False, jobs: int = 1,
         if os.path.isdir(root):
             found = []
             for path, display, skipped in _walk(root, roots, follow_symlinks):
+                if display in exclude:
+                    continue
                 if skipped:
                     diagnostics.append(Diagnostic(display, 0, skipped, "info"))
                 else:
@@ -198,13 +202,21 @@ CHUNK = 32
 
 
 def _parse_one(artifact, plugins):
+    take_notes()  # what earlier reads left (sniffing) is not this parse's
     try:
         parsed = plugins.first("forensics_parse", artifact=artifact)
     except InputError as exc:
         return ("error", exc.path, exc.message, exc.line)
     if parsed is None:
         return ("error", artifact.display, f"no parser for artifact kind {artifact.kind!r}", 0)
+    for path, message in take_notes():  # the file grew, shrank or decompressed past the limit while read
+        parsed.diagnostics.append(Diagnostic(artifact.display if path == artifact.path else path, 0, message))
     return parsed
+
+
+def _not_read(artifact, how: str, who: str = "the worker process parsing this file"):
+    """The error result of a file whose parse did not end (see workers)."""
+    return ("error", artifact.display, f"{who} {how}: file not read", 0)
 
 
 _WORKER_PLUGINS = None
@@ -242,10 +254,15 @@ def _parse_all(artifacts, plugins, jobs: int, progress=None, meanwhile=None):
         if meanwhile is not None:
             meanwhile()
         return _parse_pooled(artifacts, sizes, plugins, jobs, counter, spec)
-    results = []
-    for artifact, size in zip(artifacts, sizes):
-        results.append(_parse_one(artifact, plugins))
-        counter.add(1, size)
+    results: list = [None] * len(artifacts)
+
+    def store(index, result):
+        results[index] = result
+        counter.add(1, sizes[index])
+
+    # In this process, within the run's limits (a parse past its time is stopped).
+    workers.run_inline(artifacts, lambda artifact: _parse_one(artifact, plugins), store,
+                       lambda index, how: _not_read(artifacts[index], how, "parsing this file"))
     if meanwhile is not None:
         meanwhile()
     return results
@@ -264,8 +281,7 @@ def _parse_forked(artifacts, sizes, plugins, jobs, counter, meanwhile):
         counter.add(1, sizes[index])
 
     def died(index, how):
-        artifact = artifacts[index]
-        return ("error", artifact.display, f"the worker process parsing this file {how}: file not read", 0), []
+        return _not_read(artifacts[index], how), []
 
     workers.run(artifacts, sizes, work, jobs, store, died, meanwhile)
     return results
@@ -318,14 +334,14 @@ class _Progress:
 
 def load_incident(paths, plugins, hung: bool = False, jobs: int | None = None,
                   full: bool = False, progress=None, meanwhile=None,
-                  follow_symlinks: bool = False) -> Incident:
+                  follow_symlinks: bool = False, exclude: frozenset = frozenset()) -> Incident:
     """Discover, parse (in parallel for many files) and merge. `progress`,
     if given, is called as `progress(files_done, files_total, bytes_done,
     bytes_total)` while the artifacts are parsed (a CLI progress bar).
     `meanwhile()`, if given, runs while worker processes parse: start-up
     work of the caller's that can share the CPUs with parsing."""
     jobs = jobs if jobs is not None else (os.cpu_count() or 1)
-    artifacts, diagnostics = discover(paths, plugins, full, jobs, follow_symlinks)
+    artifacts, diagnostics = discover(paths, plugins, full, jobs, follow_symlinks, exclude)
     facts: list[Facts] = []
     errors: list[InputError] = []
     for parsed in _parse_all(artifacts, plugins, jobs, progress, meanwhile):
@@ -417,6 +433,8 @@ def merge(facts: list[Facts], artifacts: tuple = (), diagnostics=()) -> Incident
 
 
 MAX_STATED_STUCK = 200
+MAX_IMPLIED = 8  # ranks below the highest known one filled in as silent, at least (else as many as are known)
+IMPLIED = "it exists"  # what the `why` of a rank known only from rank numbering says
 
 
 def _stated_stuck(hits) -> list[StuckSignal]:
@@ -492,13 +510,26 @@ def _add_silent_ranks(ranks: dict, groups: dict, listed: dict) -> None:
     init lines, a group's member list) but nothing describes: the rank
     everyone may be waiting for sent nothing at all. Each gets a state with
     no call and no activity, citing what lists it, so the waits of its
-    group reach it and the report names it."""
+    group reach it and the report names it.
+
+    Global ranks run from 0: a rank K that an artifact describes proves
+    ranks 0 to K exist, the lower ones too (one rank's timeout pasted from
+    a merged log shows it waited for ranks that printed nothing). Only a few
+    such gaps are filled: many would mean the numbers are not ranks."""
     members = {r for group in groups.values() for r in group.ranks}
-    for rank in sorted((set(listed) | members) - set(ranks)):
+    known = set(listed) | members | set(ranks)
+    below = set(range(max(known) + 1)) - known if known and max(known) >= 0 else set()
+    implied = below if len(below) <= max(MAX_IMPLIED, len(known)) else set()
+    for rank in sorted((set(listed) | members | implied) - set(ranks)):
         if rank < 0:
             continue
         host, pid, evidence = listed.get(rank, ("", None, None))
-        where = f"; {evidence.cite()} lists it" if evidence else "; a process group lists it as a member"
+        if evidence:
+            where = f"; {evidence.cite()} lists it"
+        elif rank in members:
+            where = "; a process group lists it as a member"
+        else:
+            where = f"; {IMPLIED} because rank {max(known)} does (global ranks run from 0)"
         ranks[rank] = m.RankState(rank=rank, host=host, pid=pid, evidence=evidence,
                                   why="no artifact describes this rank (no stack dump, log or dump of its own)"
                                       + where + (f" as pid {pid}" if pid is not None else ""))

@@ -167,34 +167,64 @@ def _mismatch(incident, hits) -> list[Finding]:
                     confidence_reason=reason, confidence_reason_zh=reason_zh)]
 
 
+# Ends that follow another process's failure, not causes: an abort after the
+# rank's own timeout (SIGABRT, exit 134 / -6), the launcher stopping the
+# survivors (SIGTERM, SIGINT, SIGHUP).
+_KNOCK_ON_SIGNALS = frozenset({"SIGABRT", "SIGTERM", "SIGINT", "SIGHUP"})
+_KNOCK_ON_EXITS = frozenset({-6, -15, -2, -1, 134, 143, 130})
+
+
+def _subject(incident, hit: MessageHit) -> Culprit | None:
+    """The process a line is about: its printer, or the worker a launcher's
+    line names (`failed (exitcode: -9) local_rank: 3 (pid: 123)`)."""
+    rank = hit.rank if hit.rank is not None else hit.fact("rank")  # never a local rank: not a global one
+    if rank is not None:
+        return _rank_culprit(incident, rank)
+    pid = hit.pid if hit.pid is not None else hit.fact("pid")
+    host = hit.host or hit.fact("host", "")
+    if pid is None and not host:
+        return None
+    owners = [r for r, s in incident.ranks.items() if pid is not None and s.pid == pid and (not host or s.host == host)]
+    return _rank_culprit(incident, owners[0]) if len(owners) == 1 else Culprit(host=host, pid=pid)
+
+
+def _knock_on_end(hit: MessageHit) -> bool:
+    return hit.fact("signal") in _KNOCK_ON_SIGNALS or hit.fact("exit_code") in _KNOCK_ON_EXITS
+
+
 def _crashed(incident, hits) -> list[Finding]:
-    """Processes that died of their own error (not a knock-on of a peer's)."""
-    crashed = [(h, e) for h, e in hits if e.cause in ("crash", "oom") and not e.knock_on and e.blames == "self"]
+    """Processes that died of their own error (not a knock-on of a peer's:
+    not an abort after their own timeout, not the launcher's SIGTERM)."""
+    crashed = []
+    for hit, entry in hits:
+        if entry.cause in ("crash", "oom") and not entry.knock_on and entry.blames == "self" \
+                and not _knock_on_end(hit):
+            subject = _subject(incident, hit)
+            if subject is not None:
+                crashed.append((hit, entry, subject))
     if not crashed:
         return []
     by_process: dict = {}
-    for hit, entry in crashed:
-        key = hit.rank if hit.rank is not None else (hit.host, hit.pid, hit.evidence.path)
-        by_process.setdefault(key, []).append((hit, entry))
-    culprits = []
-    for key, group in by_process.items():
-        hit = group[0][0]
-        culprits.append(_rank_culprit(incident, hit.rank) if hit.rank is not None
-                        else Culprit(host=hit.host, pid=hit.pid))
+    for hit, entry, subject in crashed:
+        by_process.setdefault(subject.rank if subject.rank is not None else (subject.host, subject.pid),
+                              (subject, []))[1].append((hit, entry))
+    culprits = tuple(subject for subject, _ in by_process.values())
     ranks = tuple(sorted(c.rank for c in culprits if c.rank is not None))
-    first_hit, entry = crashed[0]
+    cited = [(h, e) for _, group in by_process.values() for h, e in group]
+    entry = cited[0][1]
     who = ", ".join(c.label() for c in culprits[:4])
+    level = "high" if len(cited) > 1 else "medium"
     return [Finding(CRASH, "dead_rank", "error", ranks, f"{who} died of its own error: {entry.en}",
-                    _cite(crashed), HINTS[CRASH][0], f"{who} 因自身错误退出：{entry.zh}", HINTS[CRASH][1],
-                    culprits=tuple(culprits), confidence="medium" if len(crashed) == 1 else "high",
-                    confidence_reason=f"the process's own error is logged ({entry.id}); what the others "
-                                      "were doing when it died is " + ("known" if incident.ranks else "not"),
-                    confidence_reason_zh=f"日志记录了该进程自身的错误（{entry.id}）")]
+                    _cite(cited), HINTS[CRASH][0], f"{who} 因自身错误退出：{entry.zh}", HINTS[CRASH][1],
+                    culprits=culprits, confidence=level,
+                    confidence_reason=f"the process's own error is logged ({entry.id})"
+                                      + ("" if level == "high" else "; one line, not corroborated"),
+                    confidence_reason_zh=f"日志记录了该进程自身的错误（{entry.id}）"
+                                         + ("" if level == "high" else "；仅一行，无旁证"))]
 
 
 def _peer_gone(incident, hits, book: AddressBook) -> list[Finding]:
-    gone = [(h, e) for h, e in hits if e.cause == "peer_died" and (h.fact("peer_addr") or h.fact("peer_host")
-                                                                   or h.fact("peer_rank") is not None)]
+    gone = [(h, e) for h, e in hits if _names_a_gone_peer(h, e)]
     if not gone:
         return []
     by_peer: dict[tuple, list] = defaultdict(list)
@@ -225,6 +255,13 @@ def _peer_gone(incident, hits, book: AddressBook) -> list[Finding]:
                     culprits=culprits, confidence=level, confidence_reason=reason,
                     confidence_reason_zh=("多个进程报告同一对端消失" if level == "high"
                                           else "幸存者报告对端消失；对端自己的日志才能说明它为何结束"))]
+
+
+def _names_a_gone_peer(hit: MessageHit, entry) -> bool:
+    """A line saying a named peer vanished (its connection closed, it
+    exited, its remote side failed)."""
+    return (entry.cause == "peer_died" or (entry.cause == "crash" and entry.blames == "peer")) and bool(
+        hit.fact("peer_addr") or hit.fact("peer_host") or hit.fact("peer_rank") is not None)
 
 
 def _network(incident, hits, book: AddressBook) -> list[Finding]:
@@ -271,13 +308,21 @@ def _printer_culprit(incident, hit: MessageHit) -> Culprit:
     return Culprit(host=hit.host, pid=hit.pid)
 
 
+_VERDICT_CAUSES = ("missing_rank", "collective_mismatch", "network_fault", "crash", "oom", "peer_died")
+
+
 def _observed(hits) -> list[Finding]:
-    """What was read that bears no verdict of its own (timeouts, aborts,
-    init failures): listed, so the report says what the logs say."""
+    """What was read that bears no verdict here (timeouts, aborts, init
+    failures, knock-on lines, a cause whose subject the line does not
+    name): listed, so the report says what the logs say."""
     by_entry: dict[str, list] = defaultdict(list)
     for hit, entry in hits:
-        if entry.cause in ("timeout", "hang", "abort", "init_failure", "config") or (
-                entry.knock_on and entry.cause not in ("peer_died",)):
+        if entry.cause == "info":
+            continue
+        bears = entry.cause in _VERDICT_CAUSES and not entry.knock_on and (
+            hit.fact("ranks") or hit.fact("peer_rank") is not None or hit.fact("peer_addr")
+            or entry.blames == "self")
+        if not bears and not _names_a_gone_peer(hit, entry):
             by_entry[entry.id].append((hit, entry))
     out = []
     for entry_id, group in by_entry.items():
