@@ -23,9 +23,16 @@ PyTorch's own Flight Recorder analyzer (fr_analyzer*.txt), pid_map.json and expe
 
 Every captured file is raw tool output; files over 200 KB are gzip -9'd (noted in
 expected.yaml).  Only the standard library is used here; torch/py-spy come from --venv.
+
+Scenarios with "mode": "postmortem" instead let the job fail, or end it the way the
+scenario says (a signal to one rank, by pid), with torchrun's --tee console; they take
+py-spy dumps only where the scenario asks, before the end, and then collect what is on
+disk: torchrun.log, rank<R>.stdout.log / .stderr.log, the fr*/ dumps, pid_map.json and
+expected.yaml (see README.md, "Post-mortem mode").
 """
 
 import argparse
+import fnmatch
 import glob
 import gzip
 import json
@@ -46,6 +53,13 @@ JOB_LOGS = os.path.join(JOB_DIR, "logs")
 REQ_DIR = "/tmp/fr_job"
 DUMP_REQUEST = os.path.join(REQ_DIR, "dump_request")
 GZIP_OVER = 200 * 1024
+# The hang scenarios need gdb's py-bt, which works with the pyenv-built interpreter the
+# venv in /opt was made from. The post-mortem scenarios keep tracebacks, faulthandler
+# dumps and torchrun's log lines, which print the interpreter's and torch's file paths:
+# they run from a venv made at a neutral path from the system python, so that nothing
+# of this machine's /opt, /root or /work ends up in the captured files.
+HANG_VENV = "/opt/trainenv"
+POSTMORTEM_VENV = "/srv/trainenv"
 
 SCENARIOS = {
     "real_p2p_cycle_2": {
@@ -149,6 +163,193 @@ SCENARIOS = {
             "never returns, while ranks 1-3 wait in sync_gradients -> dist.all_reduce for it."
         ),
     },
+    # ------------------------------------------------------------------ post-mortem
+    # The job fails by itself, or the collector ends it the way the scenario says
+    # (a signal to one rank, by pid); then only what is on disk is collected.
+    "real_monitored_barrier_names_rank": {
+        "mode": "postmortem",
+        "job_scenario": "monitored_barrier_names_rank",
+        "job_args": ["--stall-rank", "1"],
+        "nproc": 3,
+        "verdict": "missing_rank",
+        "culprit_ranks": [1],
+        "culprit_pids": True,
+        "actions": [
+            {"wait_log": {0: "end_of_epoch_sync", 1: "evaluate: 100000", 2: "end_of_epoch_sync"}},
+            {"sleep": 1.0},
+            {"pyspy": "all"},
+            {"wait_exit": 90},
+        ],
+        "expect": [("rank0.stderr.log", "Rank 1 failed to pass monitoredBarrier in 10000 ms"),
+                   ("rank1.stdout.log", "evaluate: 100000 validation batches")],
+        "how": (
+            "Data-parallel job (train.py under torchrun, gloo, 3 ranks), captured post mortem. "
+            "After 3 healthy warm-up steps (load_next_batch -> train_step -> sync_gradients "
+            "all_reduce) every rank reaches the end of the epoch: end_of_epoch -> evaluate() "
+            "over its validation shard, then end_of_epoch_sync -> "
+            "dist.monitored_barrier(timeout=timedelta(seconds=10)). Ranks 0 and 2 finish their "
+            "4 validation batches at once and wait in the monitored barrier; rank 1's "
+            "validation shard sits on a slow store (100000 batches, fetch_validation_batch "
+            "sleeps 0.5 s each), so rank 1 stays in evaluate and never reaches the barrier. "
+            "After 10 s rank 0's monitored_barrier raises, naming rank 1 as the rank that did "
+            "not pass the barrier in time; rank 2's raises too, saying it reached the barrier "
+            "but lost its connection to rank 0 (a knock-on: rank 0 had closed its "
+            "connections); torchrun then ends rank 1, alive and still in evaluate, with "
+            "signal 15 and prints its failure summary. The collector "
+            "took one py-spy dump of each rank while they waited, before the barrier timed "
+            "out. Rank 1 is the rank the others waited for: alive and busy elsewhere, not dead."
+        ),
+    },
+    "real_sigkill_one_rank_gloo_fast_failure": {
+        "mode": "postmortem",
+        "job_scenario": "sigkill_one_rank",
+        "job_args": ["--stall-rank", "2", "--extra-steps", "100000", "--step-time", "0.05",
+                     "--slow-rank-step-time", "0.3"],
+        "nproc": 3,
+        "verdict": "dead_rank",
+        "culprit_ranks": [2],
+        "culprit_pids": True,
+        "actions": [
+            {"wait_log": {0: "warm-up done", 1: "warm-up done", 2: "warm-up done"}},
+            {"sleep": 3.0},
+            # py-spy every rank until the dumps show ranks 0 and 1 waiting in the
+            # all_reduce for rank 2, then kill rank 2 at once
+            {"pyspy": "all", "until": {0: "all_reduce (", 1: "all_reduce ("}, "tries": 30},
+            {"signal": "SIGKILL", "rank": 2},
+            {"wait_exit": 90},
+        ],
+        "expect": [("rank0.stderr.log", "by peer"), ("rank1.stderr.log", "by peer")],
+        "how": (
+            "Data-parallel job (train.py under torchrun, gloo, 3 ranks) in a long training "
+            "loop: each step runs forward/backward plus modelled compute (0.05 s; 0.3 s on "
+            "rank 2, a straggler), then sync_gradients (dist.all_reduce of the flat "
+            "gradients); every 4th step broadcast_parameters (dist.broadcast from rank 0) "
+            "instead. Once every rank was past warm-up the collector took py-spy dumps of "
+            "every rank until ranks 0 and 1 were seen waiting in the all_reduce for rank 2, "
+            "and right after killed rank 2 with SIGKILL (kill -9 of its pid, standing in for "
+            "the kernel's OOM killer). Ranks 0 and 1 fail at once with Gloo "
+            "transport errors (pair.cc: the peer closed or reset the connection) naming "
+            "rank 2's address, and write a Flight Recorder dump after the error; torchrun "
+            "ends them with signal 15 and its failure summary shows rank 2 killed by "
+            "signal 9. Rank 2 "
+            "died; the others' transport errors are knock-ons of its death, not a network "
+            "fault."
+        ),
+    },
+    "real_watchdog_timeout_missing_rank": {
+        "mode": "postmortem",
+        "job_scenario": "pg_timeout_missing_rank",
+        "job_args": ["--stall-rank", "1", "--pg-timeout", "20"],
+        "nproc": 2,
+        "verdict": "missing_rank",
+        "culprit_ranks": [1],
+        "culprit_pids": True,
+        "actions": [{"wait_exit": 120}],
+        "expect": [("rank0.stderr.log", "Timed out waiting 20000ms"),
+                   ("rank1.stdout.log", "wait_for_shard_manifest")],
+        "how": (
+            "Data-parallel job (train.py --pg-timeout 20 under torchrun, gloo, 2 ranks): "
+            "init_process_group(backend='gloo', timeout=timedelta(seconds=20)). After 3 "
+            "healthy warm-up steps rank 1, before step 3's gradient all_reduce, calls "
+            "wait_for_shard_manifest, which polls (time.sleep(1)) for a data manifest that "
+            "never appears, so it never calls the all_reduce; rank 0 enters sync_gradients "
+            "-> dist.all_reduce and after 20 s Gloo's timeout fires (unbound_buffer.cc: the "
+            "recv did not complete within the 20 s). Rank 0 writes a Flight Recorder dump "
+            "after the error (fr_after_error/) and exits 1; torchrun ends rank 1, alive and "
+            "still polling, with signal 15. Both ranks' hooks had written an idle Flight "
+            "Recorder dump (fr/) 5 s after they stopped making progress. Rank 1 is the rank "
+            "rank 0 waited for: alive and elsewhere, not dead."
+        ),
+    },
+    "real_detail_mismatch_one_log": {
+        "mode": "postmortem",
+        "job_scenario": "detail_mismatch",
+        "nproc": 3,
+        "env": {"TORCH_DISTRIBUTED_DEBUG": "DETAIL"},
+        "verdict": "collective_mismatch",
+        "culprit_ranks": [2],
+        "actions": [{"wait_exit": 90}],
+        "keep": ["rank0.stderr.log"],
+        "pid_map": False,
+        "expect": [("rank0.stderr.log", "Detected mismatch between collectives on ranks")],
+        "how": (
+            "Data-parallel job (train.py under torchrun, gloo, 3 ranks, "
+            "TORCH_DISTRIBUTED_DEBUG=DETAIL). Weights are re-broadcast from rank 0 every 4 "
+            "global steps (should_resync_weights); rank 2 resumed from a checkpoint one step "
+            "later than ranks 0 and 1, so at step 3 rank 2 calls broadcast_parameters "
+            "(dist.broadcast src=0 of the flat parameters) while ranks 0 and 1 call "
+            "sync_gradients (dist.all_reduce of the flat gradients, same size and dtype), as "
+            "the 4th collective of the default group. DETAIL's ProcessGroupWrapper compares "
+            "the ranks' collective fingerprints before the op runs and every rank raises its "
+            "collective-mismatch error. Only rank 0's stderr is kept, "
+            "a fragment as a user pastes it. Its message names two ranks, one on each side: "
+            "rank 0 (ALLREDUCE) and rank 2 (BROADCAST). One log cannot tell which side is "
+            "odd: the wrapper compares ranks in ascending order and reports the first that "
+            "differs, so rank 1 matched rank 0, but the fragment does not give the world size "
+            "and any rank above 2 could side with rank 2. culprit_ranks [2] come from how the "
+            "incident was made (ranks 0 and 1 are the majority of 3)."
+        ),
+    },
+    "real_faulthandler_sigabrt_waiting_rank": {
+        "mode": "postmortem",
+        "job_scenario": "faulthandler_waiting_rank",
+        "job_args": ["--stall-rank", "1", "--faulthandler"],
+        "nproc": 2,
+        "verdict": "missing_rank",
+        "culprit_ranks": [1],
+        "culprit_pids": True,
+        "args": {"hung": True},
+        "actions": [
+            {"wait_log": {0: "sync_gradients (all_reduce)", 1: "evaluate: 100000"}},
+            {"wait_fr_idle": [0]},
+            {"sleep": 20.0},
+            {"signal": "SIGABRT", "rank": 0},
+            {"wait_exit": 90},
+        ],
+        "expect": [("rank0.stderr.log", "Fatal Python error: Aborted"),
+                   ("rank0.stderr.log", "in all_reduce"),
+                   ("rank1.stdout.log", "evaluate: 100000 validation batches")],
+        "how": (
+            "Data-parallel job (train.py --faulthandler under torchrun, gloo, 2 ranks; "
+            "faulthandler.enable() before init_process_group; process-group timeout 600 s). "
+            "After 3 healthy warm-up steps rank 1, before step 3's gradient all_reduce, "
+            "enters evaluate() over a validation shard on a slow store (100000 batches, "
+            "fetch_validation_batch sleeps 0.5 s each) and never reaches the all_reduce; "
+            "rank 0 waits in sync_gradients -> dist.all_reduce. About 25 s after rank 0 "
+            "entered it (20 s after its hook's idle Flight Recorder dump), the collector sent "
+            "SIGABRT to rank 0 (kill -ABRT of its pid), as an engineer does to get a stack: "
+            "faulthandler printed its fatal-error banner and every thread's stack to rank "
+            "0's stderr (current thread: all_reduce <- sync_gradients <- train_step). "
+            "torchrun reports rank 0, ended by signal 6, as the first failure and ends rank "
+            "1 with signal 15. Rank 0's death is the operator's doing; the fault is rank "
+            "1 missing from the all_reduce. No timeout fired, so nothing in the files proves "
+            "the job was stuck: hence args hung: true (the engineer knows it hung)."
+        ),
+    },
+    "real_exception_one_rank_peers_closed": {
+        "mode": "postmortem",
+        "job_scenario": "exception_one_rank",
+        "job_args": ["--stall-rank", "1"],
+        "nproc": 3,
+        "verdict": "dead_rank",
+        "culprit_ranks": [1],
+        "culprit_pids": True,
+        "actions": [{"wait_exit": 90}],
+        "expect": [("rank1.stderr.log", "mat1 and mat2 shapes cannot be multiplied"),
+                   ("rank0.stderr.log", "by peer"), ("rank2.stderr.log", "by peer")],
+        "how": (
+            "Data-parallel job (train.py under torchrun, gloo, 3 ranks). Rank 1's data shard "
+            "holds a truncated record at batch 3 (63 features instead of 64): at step 3 its "
+            "forward pass in train_step raises a RuntimeError in the first Linear layer (a "
+            "32x63 batch against a 64x256 weight), an ordinary Python exception, not a "
+            "communication error; rank 1 logs it, writes a Flight Recorder dump and exits "
+            "with the traceback. Ranks 0 and 2 had finished their backward pass and wait in "
+            "sync_gradients -> dist.all_reduce; when rank 1's process exits its sockets close "
+            "and both fail at once with Gloo's peer-closed error (pair.cc) naming rank 1's "
+            "address (knock-on errors); torchrun ends them with signal 15 and prints its "
+            "failure summary. Rank 1 is the dead rank."
+        ),
+    },
 }
 
 
@@ -241,7 +442,7 @@ def tool_version(cmd):
 
 def q(s):
     """YAML double-quoted scalar (JSON string syntax is valid YAML)."""
-    return json.dumps(str(s))
+    return json.dumps(str(s), ensure_ascii=False)
 
 
 def job_env(venv):
@@ -294,31 +495,8 @@ def main_thread_frames(pyspy_json_path):
     return None
 
 
-# --------------------------------------------------------------------------- main
-
-def main():
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("scenario")
-    ap.add_argument("outdir")
-    ap.add_argument("--venv", default="/opt/trainenv")
-    ap.add_argument("--ready-timeout", type=float, default=120.0)
-    ap.add_argument("--settle", type=float, default=2.0,
-                    help="seconds to wait after every rank is hung")
-    args = ap.parse_args()
-
-    name = args.scenario if args.scenario.startswith("real_") else "real_" + args.scenario
-    if name not in SCENARIOS:
-        sys.exit(f"unknown scenario {args.scenario!r}; one of {', '.join(SCENARIOS)}")
-    sc = SCENARIOS[name]
-    nproc = sc["nproc"]
-    venv = os.path.abspath(args.venv)
-    outdir = os.path.abspath(args.outdir)
-    py = os.path.join(venv, "bin", "python")
-    pyspy = os.path.join(venv, "bin", "py-spy")
-    torchrun = os.path.join(venv, "bin", "torchrun")
-
-    # ---- prepare a neutral job folder
+def prepare_job_dir(outdir):
+    """A neutral job folder: train.py copied to /srv/job, empty out/ and logs/."""
     os.makedirs(JOB_DIR, exist_ok=True)
     shutil.copyfile(os.path.join(HERE, "train.py"), JOB_SCRIPT)
     for d in (JOB_OUT, JOB_LOGS):
@@ -330,6 +508,345 @@ def main():
     if os.path.isdir(outdir):
         shutil.rmtree(outdir)
     os.makedirs(outdir)
+
+
+def find_rank_pids(agent, nproc, t0):
+    """Rank pids: descendants of the torchrun agent with RANK=r in their environ."""
+    ranks = {}
+    started_at = {}
+    while time.time() - t0 < 60 and len(ranks) < nproc and agent.poll() is None:
+        for pid in descendants(agent.pid):
+            env = read_environ(pid)
+            if env and "RANK" in env and "LOCAL_RANK" in env:
+                r = int(env["RANK"])
+                if r not in ranks:
+                    ranks[r] = pid
+                    started_at[r] = t_rel(t0)
+        time.sleep(0.1)
+    pid_check = ", ".join(f"{r}: RANK={read_environ(p).get('RANK') if read_environ(p) else '?'}"
+                          for r, p in sorted(ranks.items()))
+    print(f"[capture] rank pids: {ranks} ({pid_check})", flush=True)
+    return ranks, started_at, pid_check
+
+
+def gzip_big_files(outdir):
+    gzipped = []
+    for dirpath, _, files in os.walk(outdir):
+        for fn in files:
+            p = os.path.join(dirpath, fn)
+            if os.path.getsize(p) > GZIP_OVER and not fn.endswith(".gz"):
+                with open(p, "rb") as f_in, gzip.GzipFile(p + ".gz", "wb", compresslevel=9,
+                                                          mtime=0) as f_out:
+                    shutil.copyfileobj(f_in, f_out)
+                os.unlink(p)
+                gzipped.append(os.path.relpath(p, outdir))
+    return sorted(gzipped)
+
+
+def run_fr_analyzer(py, outdir, fr_dirs):
+    """PyTorch's own Flight Recorder analyzer on the pickled dumps (fr_analyzer*.txt)."""
+    for sub in fr_dirs:
+        if sub.endswith("_json"):
+            continue
+        an_cmd = [py, "-m", "torch.distributed.flight_recorder.fr_trace", sub, "-p",
+                  "nccl_trace_rank_", "--allow-incomplete-ranks"]
+        p = subprocess.run(an_cmd, cwd=outdir, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, timeout=300)
+        suffix = sub[2:]  # "" or "_after_error"
+        with open(os.path.join(outdir, f"fr_analyzer{suffix}.txt"), "w") as f:
+            f.write("$ python -m torch.distributed.flight_recorder.fr_trace "
+                    f"{sub} -p nccl_trace_rank_ --allow-incomplete-ranks\n")
+            f.write(f"# exit code {p.returncode}\n")
+            f.write(p.stdout)
+
+
+# --------------------------------------------------------------------------- post-mortem
+
+def wait_until(pred, timeout, agent, step=0.25):
+    """Poll pred() until true; False on timeout or when the job has ended."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if pred():
+            return True
+        if agent.poll() is not None:
+            return bool(pred())
+        time.sleep(step)
+    return False
+
+
+def torchrun_summary(text):
+    """{rank: exit code} from torchrun's failure summary, and the root-cause rank."""
+    out = {}
+    for block in re.finditer(r"rank\s*:\s*(\d+) \(local_rank: \d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)",
+                             text):
+        out[int(block.group(1))] = int(block.group(2))
+    root = re.search(r"Root Cause \(first observed failure\):\s*\n\[\d+\]:\s*\n(?:.*\n)*?\s*rank\s*:\s*(\d+)",
+                     text)
+    return out, (int(root.group(1)) if root else None)
+
+
+def postmortem(name, sc, args):
+    """Run the job, let it fail (or end it as the scenario says), collect what is on disk."""
+    nproc = sc["nproc"]
+    venv = os.path.abspath(args.venv or POSTMORTEM_VENV)
+    outdir = os.path.abspath(args.outdir)
+    py = os.path.join(venv, "bin", "python")
+    pyspy = os.path.join(venv, "bin", "py-spy")
+    torchrun = os.path.join(venv, "bin", "torchrun")
+    prepare_job_dir(outdir)
+    torch_version = tool_version([py, "-c", "import torch; print(torch.__version__)"])
+    pyspy_version = tool_version([pyspy, "--version"])
+
+    port = free_port()
+    job_args = [JOB_SCRIPT, "--scenario", sc["job_scenario"]] + list(sc.get("job_args", []))
+    cmd = [torchrun, "--nnodes", "1", "--nproc-per-node", str(nproc),
+           "--master-addr", "127.0.0.1", "--master-port", str(port),
+           "--log-dir", JOB_LOGS, "--redirects", "3", "--tee", "3"] + job_args
+    env = job_env(venv)
+    env.update(sc.get("env", {}))
+    console_path = os.path.join(JOB_DIR, "torchrun.console")
+    console = open(console_path, "wb")
+    t0 = time.time()
+    started_utc = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t0))
+    print(f"[capture] launching {name}: {' '.join(cmd)}", flush=True)
+    agent = subprocess.Popen(cmd, cwd=JOB_DIR, env=env, stdout=console,
+                             stderr=subprocess.STDOUT, start_new_session=True)
+    ranks, started_at, pid_check = find_rank_pids(agent, nproc, t0)
+
+    # ---- the scenario's actions, in order
+    done = []        # what the collector did, when
+    problems = []    # what did not go as the scenario says
+    for action in sc.get("actions", []):
+        if "wait_log" in action:
+            want = action["wait_log"]
+
+            def logged(want=want):
+                return all(sub in read_text(rank_log_files(r)[0]) for r, sub in want.items())
+            ok = wait_until(logged, action.get("timeout", 120), agent)
+            done.append(f"+{t_rel(t0)}s waited for log lines "
+                        + ", ".join(f"rank {r}: {sub!r}" for r, sub in want.items())
+                        + ("" if ok else " (NOT SEEN)"))
+            if not ok:
+                problems.append(f"log lines not seen: {want}")
+        elif "wait_fr_idle" in action:
+            want = action["wait_fr_idle"]
+            ok = wait_until(lambda: all(os.path.exists(os.path.join(
+                JOB_OUT, "fr", f"nccl_trace_rank_{r}")) for r in want),
+                action.get("timeout", 120), agent)
+            done.append(f"+{t_rel(t0)}s waited for the idle Flight Recorder dump of ranks {want}"
+                        + ("" if ok else " (NOT SEEN)"))
+            if not ok:
+                problems.append(f"idle Flight Recorder dump of ranks {want} not seen")
+        elif "sleep" in action:
+            time.sleep(action["sleep"])
+            done.append(f"+{t_rel(t0)}s waited {action['sleep']}s")
+        elif "pyspy" in action:
+            who = sorted(ranks) if action["pyspy"] == "all" else action["pyspy"]
+            until = action.get("until")
+            for attempt in range(1, action.get("tries", 1) + 1):
+                took = []
+                for r in who:
+                    pid = ranks.get(r)
+                    if pid is None or not alive(pid):
+                        took.append(f"rank {r} not alive")
+                        continue
+                    rc, dt = run_tool([pyspy, "dump", "--pid", str(pid)],
+                                      os.path.join(outdir, f"rank{r}.pyspy.txt"))
+                    took.append(f"py-spy dump --pid {pid} (rank {r}) rc={rc}")
+                if not until or all(sub in read_text(os.path.join(outdir, f"rank{r}.pyspy.txt"))
+                                    for r, sub in until.items()):
+                    break
+                time.sleep(0.2)
+            done.append(f"+{t_rel(t0)}s " + "; ".join(took)
+                        + (f" (attempt {attempt}: until ranks {sorted(until)} show "
+                           f"{sorted(set(until.values()))})" if until else ""))
+            if until and not all(sub in read_text(os.path.join(outdir, f"rank{r}.pyspy.txt"))
+                                 for r, sub in until.items()):
+                problems.append(f"py-spy dumps never showed {until}")
+        elif "signal" in action:
+            r = action["rank"]
+            pid = ranks.get(r)
+            signame = action["signal"]
+            if pid is not None and alive(pid) and pid in descendants(agent.pid):
+                os.kill(pid, getattr(signal, signame))
+                done.append(f"+{t_rel(t0)}s kill -{signame[3:]} {pid} (rank {r})")
+            else:
+                done.append(f"+{t_rel(t0)}s {signame} to rank {r}: not alive")
+                problems.append(f"rank {r} not alive for {signame}")
+        elif "wait_exit" in action:
+            try:
+                agent.wait(action["wait_exit"])
+                done.append(f"+{t_rel(t0)}s torchrun exited by itself (exit code {agent.returncode})")
+            except subprocess.TimeoutExpired:
+                done.append(f"+{t_rel(t0)}s torchrun still running after {action['wait_exit']}s")
+                problems.append("the job did not end by itself")
+
+    # ---- end whatever is left (by pid), as the hang mode does
+    left = [r for r, pid in sorted(ranks.items()) if alive(pid)]
+    for r in left:
+        os.kill(ranks[r], signal.SIGTERM)
+        done.append(f"+{t_rel(t0)}s SIGTERM to rank {r} (pid {ranks[r]}) by the collector")
+    if agent.poll() is None:
+        try:
+            agent.wait(15)
+        except subprocess.TimeoutExpired:
+            os.kill(agent.pid, signal.SIGTERM)
+            done.append(f"+{t_rel(t0)}s SIGTERM to the torchrun agent by the collector")
+            try:
+                agent.wait(15)
+            except subprocess.TimeoutExpired:
+                os.kill(agent.pid, signal.SIGKILL)
+                agent.wait()
+    for r, pid in sorted(ranks.items()):
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
+            done.append(f"+{t_rel(t0)}s SIGKILL to rank {r} (pid {pid}) by the collector")
+    agent_rc = agent.wait()
+    console.close()
+    duration = t_rel(t0)
+    for line in done:
+        print(f"[capture] {line}", flush=True)
+
+    # ---- collect what is on disk
+    shutil.copyfile(console_path, os.path.join(outdir, "torchrun.log"))
+    for r in sorted(ranks):
+        out, err = rank_log_files(r)
+        for src, dst in ((out, f"rank{r}.stdout.log"), (err, f"rank{r}.stderr.log")):
+            if src and os.path.exists(src):
+                shutil.copyfile(src, os.path.join(outdir, dst))
+    keep = sc.get("keep")
+    fr_dirs = []
+    for sub in sorted(os.listdir(JOB_OUT)):
+        if sub.startswith("fr") and keep is None:
+            shutil.copytree(os.path.join(JOB_OUT, sub), os.path.join(outdir, sub))
+            fr_dirs.append(sub)
+    if fr_dirs:
+        run_fr_analyzer(py, outdir, fr_dirs)
+
+    # ---- did it go as the scenario says? (checked before any file is left out)
+    for fn, sub in sc.get("expect", []):
+        if sub not in read_text(os.path.join(outdir, fn)):
+            problems.append(f"{fn} lacks {sub!r}")
+    console_text = read_text(os.path.join(outdir, "torchrun.log"))
+    summary, root_rank = torchrun_summary(console_text)
+    # whether each rank's stderr ends in an error (the lines themselves stay in the logs:
+    # expected.yaml quotes no log line, so that nothing reads it as evidence)
+    stderr_error = {}
+    for r in sorted(ranks):
+        err = read_text(os.path.join(outdir, f"rank{r}.stderr.log"))
+        stderr_error[r] = bool(re.search(r"Error|Fatal Python error", err))
+
+    # ---- leave out what the scenario does not keep (a fragment, as a user pastes it)
+    if keep is not None:
+        for fn in os.listdir(outdir):
+            if not any(fnmatch.fnmatch(fn, pat) for pat in keep):
+                p = os.path.join(outdir, fn)
+                shutil.rmtree(p) if os.path.isdir(p) else os.unlink(p)
+    gzipped = gzip_big_files(outdir)
+
+    host = socket.gethostname()
+    if sc.get("pid_map", True):
+        with open(os.path.join(outdir, "pid_map.json"), "w") as f:
+            json.dump({"ranks": {str(r): {"pid": p, "host": host}
+                                 for r, p in sorted(ranks.items())},
+                       "launcher_pids": {"torchrun_agent": agent.pid}}, f, indent=1)
+    files = sorted(os.path.relpath(os.path.join(d, fn), outdir)
+                   for d, _, fns in os.walk(outdir) for fn in fns)
+
+    # ---- expected.yaml: the diagnosis from how the incident was made
+    shown_cmd = ["torchrun"] + cmd[1:]
+    y = ["# Checked by `forensics replay`: verdict, culprit_ranks, culprits, args.",
+         "# Written by corpus/capture/capture.py from the scenario, before any analysis.",
+         f"description: {q(sc['how'])}",
+         f"verdict: {q(sc['verdict'])}",
+         f"culprit_ranks: {json.dumps(sc['culprit_ranks'])}"]
+    if sc.get("culprit_pids") and sc.get("pid_map", True):
+        y.append("culprits:")
+        for r in sc["culprit_ranks"]:
+            y.append(f"  - {{rank: {r}, pid: {ranks.get(r)}}}")
+    if sc.get("args"):
+        y.append("args: {" + ", ".join(f"{k}: {json.dumps(v)}" for k, v in sc["args"].items())
+                 + "}")
+    y.append("captured_with:")
+    y.append(f"  torch: {q(torch_version)}")
+    y.append(f"  py-spy: {q(pyspy_version)}")
+    y.append(f"  backend: {q('gloo (CPU, 127.0.0.1)')}")
+    y.append(f"  command: {q(' '.join(shown_cmd))}")
+    y.append(f"  cwd: {q(JOB_DIR)}")
+    if sc.get("env"):
+        y.append("  env: {" + ", ".join(f"{k}: {q(v)}" for k, v in sc["env"].items()) + "}")
+    y.append(f"regenerate: {q(f'python3 capture.py {name} ../{name}  (from corpus/capture/)')}")
+    y.append("capture:")
+    y.append(f"  mode: {q('post-mortem')}")
+    y.append(f"  job_scenario: {q(sc['job_scenario'])}")
+    y.append(f"  world_size: {nproc}")
+    y.append(f"  started_utc: {q(started_utc)}")
+    y.append("  pids:")
+    for r, p in sorted(ranks.items()):
+        y.append(f"    {r}: {p}")
+    y.append(f"  torchrun_agent_pid: {agent.pid}")
+    y.append(f"  pid_check: {q('rank -> pid verified against RANK= in /proc/<pid>/environ: ' + pid_check)}")
+    y.append("  collector_did:")
+    for line in done:
+        y.append(f"    - {q(line)}")
+    y.append(f"  launcher_exit_code: {agent_rc}")
+    y.append(f"  duration_s: {duration}")
+    # what the kept files show (nothing here from files the scenario leaves out)
+    kept = set(files)
+    y.append("  observed:")
+    if "torchrun.log" in kept:
+        y.append("    torchrun_exit_codes: {" + ", ".join(f"{r}: {c}" for r, c in
+                                                       sorted(summary.items())) + "}")
+        y.append(f"    torchrun_root_cause_rank: {json.dumps(root_rank)}")
+    y.append("    stderr_has_error: {" + ", ".join(
+        f"{r}: {json.dumps(stderr_error[r])}" for r in sorted(ranks)
+        if f"rank{r}.stderr.log" in kept) + "}")
+    y.append(f"    checks_passed: {len(sc.get('expect', [])) - len([p for p in problems if ' lacks ' in p])}"
+             f" of {len(sc.get('expect', []))}")
+    if problems:
+        y.append("    unexpected:")
+        for m in problems:
+            y.append(f"      - {q(m)}")
+    y.append(f"  files: {json.dumps(files + ['expected.yaml'])}")
+    y.append(f"  gzipped: {json.dumps(gzipped)}")
+    with open(os.path.join(outdir, "expected.yaml"), "w") as f:
+        f.write("\n".join(y) + "\n")
+
+    still = [p for p in list(ranks.values()) + [agent.pid] if alive(p)]
+    print(f"[capture] done in {duration}s -> {outdir}; still alive: {still}; "
+          f"unexpected: {problems or 'none'}", flush=True)
+    return 1 if still or problems else 0
+
+
+# --------------------------------------------------------------------------- main
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("scenario")
+    ap.add_argument("outdir")
+    ap.add_argument("--venv", default=None,
+                    help=f"venv with torch, py-spy (default: {HANG_VENV} for the hang "
+                         f"scenarios, {POSTMORTEM_VENV} for the post-mortem ones)")
+    ap.add_argument("--ready-timeout", type=float, default=120.0)
+    ap.add_argument("--settle", type=float, default=2.0,
+                    help="seconds to wait after every rank is hung")
+    args = ap.parse_args()
+
+    name = args.scenario if args.scenario.startswith("real_") else "real_" + args.scenario
+    if name not in SCENARIOS:
+        sys.exit(f"unknown scenario {args.scenario!r}; one of {', '.join(SCENARIOS)}")
+    sc = SCENARIOS[name]
+    if sc.get("mode") == "postmortem":
+        return postmortem(name, sc, args)
+    nproc = sc["nproc"]
+    venv = os.path.abspath(args.venv or HANG_VENV)
+    outdir = os.path.abspath(args.outdir)
+    py = os.path.join(venv, "bin", "python")
+    pyspy = os.path.join(venv, "bin", "py-spy")
+    torchrun = os.path.join(venv, "bin", "torchrun")
+
+    prepare_job_dir(outdir)
 
     torch_version = tool_version([py, "-c", "import torch; print(torch.__version__)"])
     pyspy_version = tool_version([pyspy, "--version"])
@@ -349,21 +866,7 @@ def main():
     agent = subprocess.Popen(cmd, cwd=JOB_DIR, env=job_env(venv), stdout=console,
                              stderr=subprocess.STDOUT, start_new_session=True)
 
-    # ---- find rank pids (descendants of the torchrun agent with RANK=r in environ)
-    ranks = {}
-    started_at = {}
-    while time.time() - t0 < 60 and len(ranks) < nproc and agent.poll() is None:
-        for pid in descendants(agent.pid):
-            env = read_environ(pid)
-            if env and "RANK" in env and "LOCAL_RANK" in env:
-                r = int(env["RANK"])
-                if r not in ranks:
-                    ranks[r] = pid
-                    started_at[r] = t_rel(t0)
-        time.sleep(0.1)
-    pid_check = ", ".join(f"{r}: RANK={read_environ(p).get('RANK') if read_environ(p) else '?'}"
-                          for r, p in sorted(ranks.items()))
-    print(f"[capture] rank pids: {ranks} ({pid_check})", flush=True)
+    ranks, started_at, pid_check = find_rank_pids(agent, nproc, t0)
 
     # ---- wait until every rank is hung: it logged past warm-up and its flight recorder
     #      hook wrote the idle dump (no progress for FR_IDLE_DUMP_S seconds)
@@ -466,19 +969,7 @@ def main():
                             if "flight recorder dump" in l]
 
     # ---- PyTorch's own flight recorder analyzer on the pickled dumps
-    for sub in fr_dirs:
-        if sub.endswith("_json"):
-            continue
-        an_cmd = [py, "-m", "torch.distributed.flight_recorder.fr_trace", sub, "-p",
-                  "nccl_trace_rank_", "--allow-incomplete-ranks"]
-        p = subprocess.run(an_cmd, cwd=outdir, stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True, timeout=300)
-        suffix = sub[2:]  # "" or "_after_error"
-        with open(os.path.join(outdir, f"fr_analyzer{suffix}.txt"), "w") as f:
-            f.write("$ python -m torch.distributed.flight_recorder.fr_trace "
-                    f"{sub} -p nccl_trace_rank_ --allow-incomplete-ranks\n")
-            f.write(f"# exit code {p.returncode}\n")
-            f.write(p.stdout)
+    run_fr_analyzer(py, outdir, fr_dirs)
 
     # ---- what the main threads were doing (from py-spy --json)
     observed_main = {}
@@ -496,16 +987,7 @@ def main():
             mismatches.append(f"rank {r}: expected {want} on the main thread, got {own}")
 
     # ---- gzip big files
-    gzipped = []
-    for dirpath, _, files in os.walk(outdir):
-        for fn in files:
-            p = os.path.join(dirpath, fn)
-            if os.path.getsize(p) > GZIP_OVER and not fn.endswith(".gz"):
-                with open(p, "rb") as f_in, gzip.GzipFile(p + ".gz", "wb", compresslevel=9,
-                                                          mtime=0) as f_out:
-                    shutil.copyfileobj(f_in, f_out)
-                os.unlink(p)
-                gzipped.append(os.path.relpath(p, outdir))
+    gzipped = gzip_big_files(outdir)
 
     # ---- pid_map.json
     host = socket.gethostname()

@@ -20,6 +20,29 @@ bug selected with ``--scenario``:
                            that stopped accepting writes, while the others wait in the
                            next gradient all_reduce.
 
+Post-mortem scenarios (the job fails, or is ended the way an operator would end it):
+
+  monitored_barrier_names_rank  3 ranks: at the end of the epoch rank 1 (--stall-rank) runs
+                           a long evaluate() pass while ranks 0 and 2 wait in
+                           end_of_epoch_sync -> dist.monitored_barrier(timeout=10 s);
+                           rank 0's monitored barrier fails naming rank 1.
+  sigkill_one_rank         3 ranks train in a long loop of gradient all_reduces
+                           (--extra-steps large, --step-time per step; --stall-rank is a
+                           straggler with --slow-rank-step-time) until the runner kills
+                           that rank with SIGKILL; the others fail on closed sockets.
+  pg_timeout_missing_rank  2 ranks, --pg-timeout 20: rank 1 polls for a data manifest that
+                           never appears (wait_for_shard_manifest) instead of reaching the
+                           gradient all_reduce, so rank 0's all_reduce times out.
+  detail_mismatch          3 ranks under TORCH_DISTRIBUTED_DEBUG=DETAIL: rank 2 resumed
+                           from a later checkpoint, so at step 3 it calls
+                           broadcast_parameters while ranks 0 and 1 call sync_gradients.
+  faulthandler_waiting_rank  2 ranks, --faulthandler: rank 1 runs a long evaluate() pass
+                           while rank 0 waits in the gradient all_reduce, until the
+                           runner sends rank 0 SIGABRT and faulthandler prints its stacks.
+  exception_one_rank       3 ranks: rank 1 (--stall-rank) reads a truncated record from its
+                           shard, so its forward pass raises a shape error at step 3 while
+                           the others wait in the gradient all_reduce.
+
 Environment (set by the launcher / capture runner):
   RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT   from torchrun
   TORCH_FR_BUFFER_SIZE      flight recorder ring size (e.g. 2000)
@@ -30,6 +53,7 @@ Environment (set by the launcher / capture runner):
 """
 
 import argparse
+import faulthandler
 import os
 import queue
 import socket
@@ -49,10 +73,17 @@ SCENARIOS = (
     "missing_rank_dataloader",
     "missing_rank_early_exit",
     "checkpoint_io_stall",
+    "monitored_barrier_names_rank",
+    "sigkill_one_rank",
+    "pg_timeout_missing_rank",
+    "detail_mismatch",
+    "faulthandler_waiting_rank",
+    "exception_one_rank",
 )
 
 ACTIVATION_MIB = 16
 PG_TIMEOUT = timedelta(seconds=600)
+BARRIER_TIMEOUT = timedelta(seconds=10)
 
 
 # --------------------------------------------------------------------------- logging
@@ -158,13 +189,14 @@ class ShardedLoader:
     """DataLoader-like iterator: a prefetch thread reads shard records into a queue."""
 
     def __init__(self, rank, num_batches, batch_size=32, d_in=64, d_out=16,
-                 stall_at=None):
+                 stall_at=None, corrupt_at=None):
         self.rank = rank
         self.num_batches = num_batches
         self.batch_size = batch_size
         self.d_in = d_in
         self.d_out = d_out
         self.stall_at = stall_at
+        self.corrupt_at = corrupt_at
         self.queue = queue.Queue(maxsize=2)
         self._stalled_fd = None
         self.worker = threading.Thread(target=self._prefetch_worker, name="batch_prefetch",
@@ -179,7 +211,10 @@ class ShardedLoader:
                 self._stalled_fd, self._writer_fd = os.pipe()
             os.read(self._stalled_fd, 1 << 20)
         g = torch.Generator().manual_seed(1000 * self.rank + index)
-        x = torch.randn(self.batch_size, self.d_in, generator=g)
+        d_in = self.d_in
+        if self.corrupt_at is not None and index == self.corrupt_at:
+            d_in -= 1  # a truncated record: one feature column short
+        x = torch.randn(self.batch_size, d_in, generator=g)
         y = torch.randn(self.batch_size, self.d_out, generator=g)
         return x, y
 
@@ -268,6 +303,9 @@ def load_resume_step(rank, scenario):
     if scenario == "collective_mismatch" and rank != 0:
         # Ranks 1..3 picked up the checkpoint written one step later than rank 0's.
         return 1
+    if scenario == "detail_mismatch" and rank == 2:
+        # Rank 2 picked up the checkpoint written one step later than ranks 0 and 1.
+        return 1
     return 0
 
 
@@ -305,6 +343,58 @@ def save_periodic_checkpoint(model, step):
     torch.save({k: v.detach().clone() for k, v in model.state_dict().items()}, target)
 
 
+# --------------------------------------------------------------------------- evaluation
+
+def fetch_validation_batch(rank, index, slow):
+    if slow:
+        # This rank's validation shard sits on a slow remote store: each read takes a
+        # while (modelled with a sleep) and the shard is huge.
+        time.sleep(0.5)
+    g = torch.Generator().manual_seed(7000 + 1000 * rank + index)
+    return torch.randn(256, 64, generator=g)
+
+
+def evaluate(model, step, slow, max_batches=4, slow_batches=100000):
+    """Validation pass over this rank's held-out shard."""
+    PROGRESS.mark(step, "evaluate")
+    rank = dist.get_rank()
+    n = slow_batches if slow else max_batches
+    log(f"step {step}: evaluate: {n} validation batches")
+    model.eval()
+    total = 0.0
+    with torch.no_grad():
+        for index in range(n):
+            x = fetch_validation_batch(rank, index, slow)
+            total += model(x).square().mean().item()
+    model.train()
+    log(f"step {step}: evaluate done: val {total / n:.4f}")
+    return total / n
+
+
+def end_of_epoch_sync(step):
+    """Make sure every rank finished the epoch (and its evaluation) before going on."""
+    PROGRESS.mark(step, "end_of_epoch_sync")
+    log(f"step {step}: end_of_epoch_sync -> monitored_barrier("
+        f"timeout={BARRIER_TIMEOUT.total_seconds():.0f}s)")
+    dist.monitored_barrier(timeout=BARRIER_TIMEOUT)
+
+
+def end_of_epoch(model, step, args):
+    evaluate(model, step, slow=dist.get_rank() == args.stall_rank)
+    end_of_epoch_sync(step)
+
+
+def wait_for_shard_manifest(step):
+    """Before the next stage of the data schedule, wait until the data pipeline has
+    staged the manifest of this rank's next shard (it never does)."""
+    PROGRESS.mark(step, "wait_for_shard_manifest")
+    path = os.path.join(os.environ.get("JOB_OUTDIR", "/srv/job/out"), "manifests",
+                        f"shard{dist.get_rank()}.step{step}.json")
+    log(f"step {step}: wait_for_shard_manifest {os.path.basename(path)}")
+    while not os.path.exists(path):
+        time.sleep(1.0)
+
+
 def finalize_run(model, step, groups):
     log(f"step {step}: end of shard, finalize_run -> save_checkpoint")
     save_checkpoint(model, step, groups)
@@ -319,8 +409,18 @@ def train_step(step, model, opt, batch, groups, args):
     out = model(x)
     loss = nn.functional.mse_loss(out, y)
     loss.backward()
+    step_time = args.step_time
+    if rank == args.stall_rank and args.slow_rank_step_time:
+        step_time = args.slow_rank_step_time  # a straggler: a slower (throttled) host
+    if step_time:
+        time.sleep(step_time)  # stands in for a bigger model's forward/backward
 
     bug_step = step == args.warmup_steps
+    if bug_step and rank == args.stall_rank:
+        if args.scenario == "pg_timeout_missing_rank":
+            wait_for_shard_manifest(step)
+        elif args.scenario == "faulthandler_waiting_rank":
+            evaluate(model, step, slow=True)
     if bug_step and args.scenario in ("p2p_cycle_2", "p2p_ring_4"):
         acts = torch.full((ACTIVATION_MIB << 18,), float(rank))  # 16 MiB of float32
         pipeline_stage_exchange(acts, step, args.scenario)
@@ -344,20 +444,24 @@ def train(args):
     model = TinyModel()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     # Separate gloo group used to coordinate checkpoint writes.
-    groups = {"ckpt": dist.new_group(ranks=list(range(world)), timeout=PG_TIMEOUT,
+    groups = {"ckpt": dist.new_group(ranks=list(range(world)), timeout=args.pg_timeout,
                                      backend="gloo")}
     total_steps = args.warmup_steps + args.extra_steps
     sizes = shard_sizes(world, args.scenario, total_steps, args.warmup_steps)
     stall_at = args.warmup_steps if (args.scenario == "missing_rank_dataloader"
                                      and rank == args.stall_rank) else None
-    loader = ShardedLoader(rank, sizes[rank], stall_at=stall_at)
+    corrupt_at = args.warmup_steps if (args.scenario == "exception_one_rank"
+                                       and rank == args.stall_rank) else None
+    loader = ShardedLoader(rank, sizes[rank], stall_at=stall_at, corrupt_at=corrupt_at)
     log(f"shard has {sizes[rank]} batches")
 
     step = 0
     while True:
         if step == args.warmup_steps:
             log(f"warm-up done ({args.warmup_steps} steps)")
-        if step >= args.warmup_steps:
+            if args.scenario == "monitored_barrier_names_rank":
+                end_of_epoch(model, step, args)
+        if step >= args.warmup_steps and not args.step_time:
             log(f"step {step}: load_next_batch")
         batch = load_next_batch(loader, step)
         if batch is None:
@@ -380,9 +484,20 @@ def main():
     parser.add_argument("--extra-steps", type=int, default=3)
     parser.add_argument("--stall-rank", type=int, default=2)
     parser.add_argument("--resync-every", type=int, default=4)
+    parser.add_argument("--step-time", type=float, default=0.0,
+                        help="extra seconds of compute per training step")
+    parser.add_argument("--slow-rank-step-time", type=float, default=0.0,
+                        help="--step-time of --stall-rank when it is slower than the others")
+    parser.add_argument("--pg-timeout", type=float, default=PG_TIMEOUT.total_seconds(),
+                        help="process-group timeout in seconds")
+    parser.add_argument("--faulthandler", action="store_true",
+                        help="faulthandler.enable(): dump the stacks on a fatal signal")
     args = parser.parse_args()
+    args.pg_timeout = timedelta(seconds=args.pg_timeout)
+    if args.faulthandler:
+        faulthandler.enable()
 
-    dist.init_process_group(backend="gloo", timeout=PG_TIMEOUT)
+    dist.init_process_group(backend="gloo", timeout=args.pg_timeout)
     rank = dist.get_rank()
     args.resume_step = load_resume_step(rank, args.scenario)
     log(f"init done: world_size={dist.get_world_size()} host={socket.gethostname()} "
