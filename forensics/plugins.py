@@ -19,9 +19,12 @@ READER_PLUGINS = (
     "forensics.ingest.manifest",
     "forensics.ingest.pyspy",
     "forensics.ingest.gdb",
+    "forensics.ingest.pystack",
+    "forensics.ingest.elastic_error",
     "forensics.ingest.nccl",
     "forensics.ingest.torchlog",
     "forensics.ingest.flightrecorder",
+    "forensics.ingest.fr_report",
     "forensics.ingest.statements",
 )
 RULE_PLUGINS = (
