@@ -5,6 +5,7 @@ input (one line on stderr, never a traceback)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 
@@ -85,6 +86,15 @@ def build_parser(plugin_set=None) -> argparse.ArgumentParser:
                               "the shipped rules always load")
     analyze.add_argument("--quiet", "-q", action="store_true",
                          help="no progress bar and no notes on stderr (errors still print)")
+    analyze.add_argument("--timeout", type=_seconds, default=None, metavar="SECONDS",
+                         help="bound the whole run (default 900; 0: none): files not read in time are "
+                              "listed and the rest is reported, exit code as for what was read")
+    analyze.add_argument("--file-timeout", type=_seconds, default=None, metavar="SECONDS",
+                         help="stop parsing one file after this long (default 300; 0: none)")
+    analyze.add_argument("--limit", action="append", default=[], metavar="NAME=VALUE", type=_limit,
+                         help="change a resource ceiling: decompressed=16G (bytes out of one gzip/zstd file), "
+                              "files-per-folder=1000000, memory=12G (all processes; default 80%% of RAM); "
+                              "see docs/reliability.md")
 
     replay = sub.add_parser("replay", help="re-diagnose a corpus of past incidents and compare "
                                            "with each one's expected.yaml")
@@ -112,7 +122,7 @@ def build_parser(plugin_set=None) -> argparse.ArgumentParser:
     msgs_sub = msgs.add_subparsers(dest="messages_command", metavar="ACTION", parser_class=_Parser)
     msg_list = msgs_sub.add_parser("list", help="every message: id, project, cause, versions, source")
     msg_list.add_argument("--format", "-f", choices=("text", "json"), default="text")
-    msg_list.add_argument("--project", choices=("pytorch", "nccl", "gloo"))
+    msg_list.add_argument("--project", choices=("pytorch", "nccl", "gloo", "linux", "nvidia"))
     msg_list.add_argument("--cause", metavar="CAUSE", help="only messages of this cause class")
     msg_show = msgs_sub.add_parser("show", help="one message: wordings, example, what it proves")
     msg_show.add_argument("message_id", metavar="ID")
@@ -121,6 +131,36 @@ def build_parser(plugin_set=None) -> argparse.ArgumentParser:
                                                   "(exit 0 valid, 1 not)")
     msg_check.add_argument("files", nargs="*", metavar="FILE")
     return parser
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}")
+    return value
+
+
+_LIMIT_NAMES = {"decompressed": "decompressed_bytes", "files-per-folder": "files_per_folder",
+                "memory": "memory_bytes"}
+
+
+def _limit(text: str) -> tuple[str, int]:
+    name, _, value = text.partition("=")
+    if name not in _LIMIT_NAMES:
+        raise argparse.ArgumentTypeError(f"unknown limit {name!r} (known: {', '.join(_LIMIT_NAMES)})")
+    units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+    number, unit = value.rstrip("KMGTkmgtiIbB"), value[len(value.rstrip("KMGTkmgtiIbB")):].upper()
+    unit = unit.replace("IB", "").replace("B", "")
+    try:
+        amount = int(float(number) * units[unit])
+    except (ValueError, KeyError):
+        raise argparse.ArgumentTypeError(f"--limit {name}: not a number: {value!r}") from None
+    if amount <= 0:
+        raise argparse.ArgumentTypeError(f"--limit {name}: must be positive")
+    return _LIMIT_NAMES[name], amount
 
 
 def main(argv: list[str] | None = None, plugins=None) -> int:
@@ -214,9 +254,16 @@ def _analyze(args, plugin_set) -> int:
             print(f"forensics: {exc}", file=sys.stderr)
             return EXIT_INPUT
     fmt = formats(plugins)[args.format]
+    from . import limits as run_limits
+    from .report.safe_text import neutralize
+
+    limits = run_limits.cli_limits(
+        run_limits.CLI_TIMEOUT if args.timeout is None else args.timeout,
+        run_limits.CLI_FILE_TIMEOUT if args.file_timeout is None else args.file_timeout, **dict(args.limit))
     progress = None if args.quiet or not _is_terminal(sys.stderr) else ProgressBar()
+    saved = run_limits.set_memory_limit(limits.parent_memory())
     try:
-        with gc_paused():
+        with gc_paused(), run_limits.applied(limits):
             try:
                 incident = load_incident([str(p) for p in args.paths], plugins, hung=args.hung,
                                          jobs=args.jobs, full=args.full, progress=progress,
@@ -227,10 +274,21 @@ def _analyze(args, plugin_set) -> int:
                     progress.close()
             from .analysis import analyze_incident
 
-            report = analyze_incident(incident, plugins)
+            with _alarm_at(limits.run_deadline()):
+                report = analyze_incident(incident, plugins)
     except InputError as exc:
-        print(f"forensics: {exc}", file=sys.stderr)
+        print(f"forensics: {neutralize(exc)}", file=sys.stderr)
         return EXIT_INPUT
+    except _OutOfTime:
+        print(f"forensics: --timeout of {limits.timeout:g} s ran out during the analysis: no report "
+              f"(the files were read; give it more time with --timeout)", file=sys.stderr)
+        return EXIT_INPUT
+    finally:
+        run_limits.restore_memory_limit(saved)
+    late = sum(1 for d in incident.diagnostics if d.severity == "error" and "--timeout" in d.message)
+    if late and not args.quiet:
+        print(f"forensics: --timeout of {limits.timeout:g} s: {late} file(s) not read in time "
+              f"(listed in the report's diagnostics); the report covers the rest", file=sys.stderr)
     terminal = fmt.render_terminal is not None and not args.output and _is_terminal(sys.stdout)
     try:
         if terminal:
@@ -256,8 +314,38 @@ def _analyze(args, plugin_set) -> int:
         sys.stdout.write(text)
         sys.stdout.flush()
     if report.verdict == "inconclusive" and not args.quiet:
-        print("forensics: inconclusive: " + report.root_cause.narrative.get("en", ""), file=sys.stderr)
+        print("forensics: inconclusive: " + neutralize(report.root_cause.narrative.get("en", ""), keep="\n"),
+              file=sys.stderr)
     return report.exit_code
+
+
+class _OutOfTime(BaseException):
+    """The run's --timeout ran out after the files were read."""
+
+
+@contextlib.contextmanager
+def _alarm_at(deadline):
+    """SIGALRM at `deadline` (time.monotonic) raises _OutOfTime, in the main
+    thread of a POSIX process; elsewhere nothing is bounded."""
+    import signal
+    import threading
+    import time
+
+    if deadline is None or not hasattr(signal, "setitimer") \
+            or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def ring(signum, frame):
+        raise _OutOfTime()
+
+    previous = signal.signal(signal.SIGALRM, ring)
+    signal.setitimer(signal.ITIMER_REAL, max(0.001, deadline - time.monotonic()))
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def _prepare(plugins) -> None:

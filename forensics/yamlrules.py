@@ -440,7 +440,10 @@ class _Compiler:
         any_of = ()
         if "any_of" in spec:
             branches = child("any_of")
-            any_of = tuple(self.rank_test(branch, branches.value[i]) for i, branch in enumerate(spec["any_of"]))
+            nodes = branches.value if isinstance(branches, lazy.yaml.SequenceNode) else []
+            # A duplicated key: the data holds the last value, the node lookup the first.
+            any_of = tuple(self.rank_test(branch, nodes[i] if i < len(nodes) else branches)
+                           for i, branch in enumerate(spec["any_of"]))
         return RankTest(
             activities=as_set(spec.get("activity", ())),
             blocked=spec.get("blocked"), alive=spec.get("alive"),

@@ -40,6 +40,8 @@ def parse(path: str, display: str) -> Facts:
         raise InputError(display, f"invalid YAML: {exc.problem}", mark.line + 1 if mark else 0) from None
     except lazy.yaml.YAMLError as exc:
         raise InputError(display, f"invalid YAML: {exc}") from None
+    except (ValueError, RecursionError) as exc:  # an integer of over 4,300 digits; nesting
+        raise InputError(display, f"invalid {'JSON' if text.lstrip().startswith('{') else 'YAML'}: {exc}") from None
     if not isinstance(data, dict):
         raise InputError(display, "a rank map must map ranks to pids", 1)
     ranks = data.get("ranks", data)

@@ -146,6 +146,8 @@ def _yaml_members(text: str, display: str) -> tuple[dict, dict]:
         raise InputError(display, f"invalid YAML: {exc}") from None
     except RecursionError:
         raise InputError(display, "invalid YAML: nested too deeply") from None
+    except ValueError as exc:  # a value the loader cannot build: an integer of over 4,300 digits
+        raise InputError(display, f"invalid YAML: {exc}") from None
     if not isinstance(value, dict) or not isinstance(node, lazy.yaml.MappingNode):
         raise InputError(display, "a snapshot must be a mapping of rank to state", 1)
     lines = {"": {}}
@@ -258,7 +260,7 @@ def _rank_state(rank: int, raw: dict, evidence: Evidence, facts: Facts) -> m.Ran
         facts.diag(where, f"rank {rank}: {message}")
 
     if not raw.keys() <= _RANK_FIELDS:
-        unknown = sorted(set(raw) - _RANK_FIELDS)
+        unknown = sorted(set(raw) - _RANK_FIELDS, key=str)  # YAML keys may be ints
         facts.diag(where, f"rank {rank}: unknown field(s) {', '.join(map(repr, unknown))}: ignored", "info")
     get = raw.get
 

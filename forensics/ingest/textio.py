@@ -2,6 +2,12 @@
 
 Files may be gzip-compressed, binary, non-UTF-8 or huge. Everything here
 returns text or raises `InputError` with a reason a person can act on.
+
+Some files change while they are read (a log still being written, one
+rotated away); some decompress to far more than they hold. Reading a plain
+file stops at the size it had when opened (a consistent prefix), and a
+compressed one at `limits.decompressed_bytes`; either leaves a note
+(`take_notes`) that the ingest turns into a diagnostic on that file.
 """
 
 from __future__ import annotations
@@ -61,7 +67,10 @@ def open_regular(path: str):
         if kind:
             raise NotRegular(errno.EINVAL, f"{kind}, not a regular file: not read")
         os.set_blocking(fd, True)
-        return os.fdopen(fd, "rb")
+        size = os.fstat(fd).st_size
+        handle = os.fdopen(fd, "rb")
+        handle.size_at_open, handle.path_at_open = size, path  # what read_at_most reads up to
+        return handle
     except BaseException:
         os.close(fd)
         raise
@@ -92,10 +101,50 @@ def open_binary(path: str):
         raw = open_regular(path)
         stream = gzip.GzipFile(fileobj=raw, mode="rb")
         stream.myfileobj = raw  # what GzipFile closes with itself (it leaves a given fileobj open)
-        return stream
+        return io.BufferedReader(Capped(stream, path), 1 << 20)
     if kind == "zstd":
-        return io.BufferedReader(ZstdStream(open_regular(path), path), 1 << 20)
+        return io.BufferedReader(Capped(io.BufferedReader(ZstdStream(open_regular(path), path), 1 << 20), path),
+                                 1 << 20)
     return open_regular(path)
+
+
+class Capped(io.RawIOBase):
+    """A decompressing stream that ends after `limits.decompressed_bytes`
+    (a gzip or zstd bomb: a few MB that inflate to terabytes), with a note
+    naming the file and the limit. It closes `inner` with itself."""
+
+    def __init__(self, inner, path: str, cap: int | None = None):
+        from .. import limits
+
+        self._inner, self._path = inner, path
+        self._cap = limits.current().decompressed_bytes if cap is None else cap
+        self._left = self._cap
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        if self._left <= 0:
+            if self._left == 0:
+                self._left = -1
+                if self._inner.read(1):
+                    from ..limits import describe_bytes
+
+                    note(self._path, f"decompresses to more than {describe_bytes(self._cap)} (the limit on "
+                                     f"decompressed bytes per file): only its first {describe_bytes(self._cap)} "
+                                     f"were read")
+            return 0
+        with memoryview(buffer) as view:
+            # readinto1: what is decompressed so far, not a full buffer — a
+            # stream cut short then gives its lines before raising at its end.
+            n = self._inner.readinto1(view[:self._left])
+        self._left -= n
+        return n
+
+    def close(self) -> None:
+        if not self.closed:
+            self._inner.close()
+        super().close()
 
 
 class ZstdStream(io.RawIOBase):
@@ -201,15 +250,17 @@ def read_head(path: str, size: int = HEAD_BYTES) -> bytes:
 
 
 def read_bytes(path: str, limit: int | None = None) -> bytes:
-    """The file's bytes (decompressed), at most `limit` of them."""
+    """The file's bytes (decompressed), at most `limit` of them; of a
+    plain file, at most the bytes it had when opened (`read_at_most`)."""
     try:
         with open_binary(path) as handle:
-            return handle.read() if limit is None else read_at_most(handle, limit)
+            return read_at_most(handle, _UNLIMITED if limit is None else limit)
     except STREAM_ERRORS as exc:
         raise InputError(path, f"cannot read: {_reason(exc)}") from None
 
 
 _STEP = 1 << 20
+_UNLIMITED = 1 << 62
 
 
 def read_at_most(handle, limit: int) -> bytes:
@@ -221,7 +272,15 @@ def read_at_most(handle, limit: int) -> bytes:
     Recorder dump. A plain file's size is known, so its first read takes it
     all (one byte more finds the end, or a file still growing); a
     decompressing stream is read in steps that double. `handle` is what
-    `open_binary` returns: a buffered reader, whose short read is the end."""
+    `open_binary` returns: a buffered reader, whose short read is the end.
+
+    A plain file (from `open_regular`) is read up to the size it had when
+    opened, and no further: a log still being written gives a consistent
+    prefix, and a note says it grew; one truncated meanwhile gives what
+    was left, and a note says so."""
+    opened = getattr(handle, "size_at_open", None)
+    if opened is not None:
+        return _read_opened(handle, opened, limit)
     try:
         size = os.fstat(handle.fileno()).st_size
     except (OSError, AttributeError, io.UnsupportedOperation):
@@ -238,6 +297,35 @@ def read_at_most(handle, limit: int) -> bytes:
             break
         step = max(_STEP, 2 * want)
     return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def _read_opened(handle, size: int, limit: int) -> bytes:
+    path = getattr(handle, "path_at_open", "")
+    available = max(0, size - handle.tell())  # a caller may have read some, or sought to its tail
+    data = handle.read(min(available, limit))
+    if len(data) < min(available, limit):
+        note(path, f"shrank while it was read (truncated or rotated?): it had {size:,} bytes when opened, "
+                   f"{len(data):,} of the {available:,} wanted were there")
+    elif limit > available and handle.read(1):
+        note(path, f"grew while it was read (a log still being written?): the {size:,} bytes it had when "
+                   f"opened were read, not what was added since")
+    return data
+
+
+_NOTES: list[tuple[str, str]] = []
+
+
+def note(path: str, message: str) -> None:
+    """Something about how a file was read that its report must say."""
+    if (path, message) not in _NOTES:
+        _NOTES.append((path, message))
+
+
+def take_notes() -> list[tuple[str, str]]:
+    """The notes since the last call, as (path, message); the list is emptied."""
+    notes = _NOTES[:]
+    del _NOTES[:]
+    return notes
 
 
 def read_text(path: str, limit: int | None = None) -> str:

@@ -28,6 +28,14 @@ workers go on taking tasks, and whatever no worker took is parsed in the
 parent. Results travel as pickles between two copies of this program; no
 input is ever unpickled here.
 
+The run's limits (forensics.limits) are kept here: a worker whose file
+takes longer than `file_timeout` is killed (that file gets an error, a new
+worker takes its place), at the ingest deadline of `timeout` every worker
+is ended and the files not finished get errors, and each worker's address
+space is its share of `memory_bytes` (a MemoryError costs its file). Where
+files are parsed in this process (`run_inline`), SIGALRM interrupts a
+parse past its time in the main thread.
+
 A tuple that a worker's results share goes to the parent once: every
 Flight Recorder dump of an 8,192-rank group names the same 8,192 members,
 and pickled into each result they were 8,192 copies of 8,192 ints in the
@@ -47,6 +55,9 @@ import selectors
 import signal
 import sys
 import threading
+import time
+
+from .. import limits as _limits
 
 try:
     import fcntl
@@ -56,6 +67,7 @@ except ImportError:  # no fork there either: `available()` is False
 _TASK = 4          # bytes of a task index in the task pipe, little-endian
 _HEADER = 12       # each frame from a worker: task index (4) and result size (8)
 _STARTED = 0       # a frame of this size: the worker started the task (a result is never empty)
+_OUT_OF_MEMORY = 3  # a worker's exit status after a MemoryError
 # Writes of at most PIPE_BUF bytes are atomic, blocking or not: whole task
 # records always (POSIX guarantees 512; Linux has 4096).
 _PIPE_WRITE = max(_TASK, (getattr(select, "PIPE_BUF", 512) // _TASK) * _TASK)
@@ -126,9 +138,12 @@ def order(costs: list[int]) -> list[int]:
 def run(tasks: list, costs: list[int], work, jobs: int, on_result, on_died, meanwhile=None) -> None:
     """`work(task)` for every task in up to `jobs` forked workers;
     `on_result(index, result)` in the parent as each result arrives. For a
-    task whose worker died on it, `on_died(index, how)` gives the result;
-    tasks no worker took run here. `meanwhile()` runs in the parent while
-    the workers parse."""
+    task whose worker died on it, was stopped past the limits, or that no
+    worker started before the ingest deadline, `on_died(index, how)` gives
+    the result; tasks left when every worker has died run here
+    (`run_inline`). `meanwhile()` runs in the parent while the workers
+    parse."""
+    limits = _limits.current()
     queue = order(costs)
     records = b"".join(index.to_bytes(_TASK, "little") for index in queue)
     task_read, task_write = os.pipe()
@@ -138,41 +153,63 @@ def run(tasks: list, costs: list[int], work, jobs: int, on_result, on_died, mean
     children: dict[int, int] = {}  # result read fd -> worker pid
     run_number = next(_RUNS)
     feeder = None
-    try:
-        for slot in range(min(jobs, len(tasks))):
-            read_fd, write_fd = os.pipe()
+    feeding = _Feeding()  # the task pipe's write end while a thread writes to it
+    memory = limits.worker_memory(min(jobs, len(tasks)))
+    slots = itertools.count()
+
+    def spawn() -> int:
+        read_fd, write_fd = os.pipe()
+        slot = next(slots)
+        with feeding.lock:  # the feeder does not close its end while we fork
             pid = os.fork()
-            if pid == 0:  # the worker: never returns
-                os.close(read_fd)
-                os.close(task_write)
-                for other in children:
-                    os.close(other)
-                _child(task_read, write_fd, tasks, work, (run_number, slot))
-            os.close(write_fd)
-            children[read_fd] = pid
-        os.close(task_read)
-        task_read = -1
+        if pid == 0:  # the worker: never returns
+            os.close(read_fd)
+            for fd in (task_write, feeding.fd):
+                if fd >= 0:
+                    os.close(fd)
+            for other in children:
+                os.close(other)
+            _limits.set_memory_limit(memory)
+            _child(task_read, write_fd, tasks, work, (run_number, slot))
+        os.close(write_fd)
+        children[read_fd] = pid
+        return read_fd
+
+    try:
+        for _ in range(min(jobs, len(tasks))):
+            spawn()
         if written < len(records):  # more tasks than the pipe holds: a thread hands out the rest
-            feeder = threading.Thread(target=_feed, args=(task_write, records, written), daemon=True)
+            feeding.fd = task_write
+            feeder = threading.Thread(target=_feed, args=(feeding, records, written), daemon=True)
             feeder.start()
         else:
             os.close(task_write)
         task_write = -1
+        if limits.file_timeout is None:  # no worker is ever replaced: the parent needs no read end
+            os.close(task_read)
+            task_read = -1
         if meanwhile is not None:
             meanwhile()
-        answered, died = _collect(children, on_result)
+        answered, died, late = _collect(children, on_result, limits, spawn if task_read >= 0 else None)
+        if task_read >= 0:
+            os.close(task_read)  # a feeder still writing now gets EPIPE
+            task_read = -1
         for index, how in died:
             answered.add(index)
             on_result(index, on_died(index, how))
-        for index in queue:  # left in the pipe when every worker had died
-            if index not in answered:
-                on_result(index, work(tasks[index]))
+        left = [index for index in queue if index not in answered]  # in the pipe when every worker had died
+        if late:
+            for index in left:
+                on_result(index, on_died(index, _never_started(limits)))
+        elif left:
+            run_inline([tasks[i] for i in left], work, lambda i, r: on_result(left[i], r),
+                       lambda i, how: on_died(left[i], how))
     finally:
         for key in [key for key in _SHARED if key[0] == run_number]:  # the results keep what they use
             del _SHARED[key]
         for read_fd, pid in children.items():  # interrupted: end our own workers
             try:
-                os.kill(pid, signal.SIGTERM)
+                os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
             _reap(pid)
@@ -182,6 +219,82 @@ def run(tasks: list, costs: list[int], work, jobs: int, on_result, on_died, mean
                 os.close(fd)
         if feeder is not None:
             feeder.join()
+
+
+class _Overtime(BaseException):
+    """Raised by SIGALRM inside a parse past its time. A BaseException, so
+    a reader's `except Exception` does not swallow it."""
+
+
+def _file_limit(limits) -> str:
+    return f"took longer than the per-file limit of {limits.file_timeout:g} s (--file-timeout) and was stopped"
+
+
+def _deadline_hit(limits) -> str:
+    return (f"had not finished when the run's --timeout of {limits.timeout:g} s ran out "
+            f"(reading gets {_limits.INGEST_SHARE:.0%} of it): stopped")
+
+
+def _never_started(limits) -> str:
+    return f"never started: the run's --timeout of {limits.timeout:g} s ran out first"
+
+
+def _out_of_memory(limits, workers: int) -> str:
+    share = limits.worker_memory(workers) if workers else limits.parent_memory()
+    if share is None:
+        return "ran out of memory"
+    return f"ran out of memory (its share of the memory limit: {_limits.describe_bytes(share)})"
+
+
+def run_inline(tasks: list, work, on_result, on_died) -> None:
+    """`work(task)` for every task in this process, in order, within the
+    limits: a task past `file_timeout` is interrupted by SIGALRM (in the
+    main thread of a POSIX process; elsewhere it runs to its end), no task
+    starts after the ingest deadline, and a MemoryError costs its task
+    only. `on_died(index, how)` gives the result of such a task."""
+    limits = _limits.current()
+    alarm = (limits.file_timeout is not None or limits.timeout is not None) and _can_alarm()
+    previous = signal.signal(signal.SIGALRM, _ring) if alarm else None
+    try:
+        for index, task in enumerate(tasks):
+            if limits.ingest_over():
+                on_result(index, on_died(index, _never_started(limits)))
+                continue
+            seconds, why = _budget(limits)
+            if alarm and seconds is not None:
+                signal.setitimer(signal.ITIMER_REAL, max(seconds, 0.001))
+            try:
+                result = work(task)
+            except _Overtime:
+                result = on_died(index, why)
+            except MemoryError:
+                result = on_died(index, _out_of_memory(limits, 0))
+            finally:
+                if alarm:
+                    signal.setitimer(signal.ITIMER_REAL, 0)
+            on_result(index, result)
+    finally:
+        if alarm:
+            signal.signal(signal.SIGALRM, previous)
+
+
+def _budget(limits) -> tuple[float | None, str]:
+    """Seconds the next task may take, and what it is told when it takes them."""
+    deadline = limits.ingest_deadline()
+    left = None if deadline is None else deadline - time.monotonic()
+    if limits.file_timeout is not None and (left is None or limits.file_timeout <= left):
+        return limits.file_timeout, _file_limit(limits)
+    if left is not None:
+        return left, _deadline_hit(limits)
+    return None, ""
+
+
+def _can_alarm() -> bool:
+    return hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+
+
+def _ring(signum, frame):
+    raise _Overtime()
 
 
 def _fit(fd: int, size: int) -> None:
@@ -208,9 +321,19 @@ def _write_some(fd: int, data: bytes) -> int:
     return done
 
 
-def _feed(fd: int, data: bytes, done: int) -> None:
+class _Feeding:
+    """The task pipe's write end while the feeder thread owns it: a worker
+    forked meanwhile must close it too, or the pipe never ends."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.fd = -1
+
+
+def _feed(feeding: _Feeding, data: bytes, done: int) -> None:
     """The rest of the task records, as the workers make room; stops when
     no worker is left to read them (the parent then runs what is left)."""
+    fd = feeding.fd
     os.set_blocking(fd, True)
     try:
         while done < len(data):
@@ -218,7 +341,9 @@ def _feed(fd: int, data: bytes, done: int) -> None:
     except OSError:  # EPIPE: every worker is gone
         pass
     finally:
-        os.close(fd)
+        with feeding.lock:
+            feeding.fd = -1
+            os.close(fd)
 
 
 def _child(task_fd: int, write_fd: int, tasks: list, work, worker: tuple[int, int]) -> None:
@@ -238,33 +363,66 @@ def _child(task_fd: int, write_fd: int, tasks: list, work, worker: tuple[int, in
                 blob = sender.blob(work(tasks[index]))
                 out.write(index.to_bytes(4, "little") + len(blob).to_bytes(8, "little"))
                 out.write(blob)
+    except MemoryError:  # past its share of the memory limit: the parent names the file
+        code = _OUT_OF_MEMORY
     except BaseException:  # noqa: BLE001 - the parent sees the task started and unanswered, and says so
         code = 1
     finally:
         os._exit(code)
 
 
-def _collect(children: dict[int, int], on_result) -> tuple[set[int], list[tuple[int, str]]]:
+def _collect(children: dict[int, int], on_result, limits=None, spawn=None):
     """Results as they come, until every worker has ended. Returns the tasks
-    answered and, for each worker that ended inside a task, (task, how)."""
+    answered; for each worker that ended inside a task, (task, how); and
+    whether the ingest deadline ended the workers. A worker past the
+    per-file limit is killed and, with `spawn`, replaced."""
+    limits = limits or _limits.current()
     answered: set[int] = set()
     died: list[tuple[int, str]] = []
     buffers = {fd: bytearray() for fd in children}
     current: dict[int, int | None] = dict.fromkeys(children)
+    since: dict[int, float] = {}  # fd -> when its current task started
+    stopped: dict[int, tuple] = {}  # fd -> (the task it was in, why we killed it)
+    deadline = limits.ingest_deadline()
+    late = False
+    processes = len(children)
     with selectors.DefaultSelector() as selector:
         for fd in children:
             selector.register(fd, selectors.EVENT_READ)
         while current:
-            for key, _ in selector.select():
+            now = time.monotonic()
+            if deadline is not None and now >= deadline and not late:
+                late = True
+                for fd, index in current.items():
+                    stopped.setdefault(fd, (index, _deadline_hit(limits)))
+                    _kill(children[fd])
+            if limits.file_timeout is not None:
+                for fd, began in list(since.items()):
+                    if current.get(fd) is not None and now - began >= limits.file_timeout and fd not in stopped:
+                        stopped[fd] = (current[fd], _file_limit(limits))
+                        _kill(children[fd])
+            for key, _ in selector.select(_wait(now, deadline if not late else None, since, limits)):
                 fd = key.fd
                 chunk = os.read(fd, 1 << 20)
                 if not chunk:
                     selector.unregister(fd)
                     os.close(fd)
                     how = _reap(children.pop(fd))
+                    if how == f"exited with status {_OUT_OF_MEMORY}":
+                        how = _out_of_memory(limits, processes)
                     index = current.pop(fd)
-                    if index is not None:
-                        died.append((index, how))
+                    since.pop(fd, None)
+                    stop = stopped.pop(fd, None)
+                    why = stop[1] if stop is not None else None
+                    if index is not None and (stop is None or stop[0] == index):
+                        died.append((index, why or how))
+                    # else: it had finished that task and begun another, which we
+                    # leave unanswered: it is run again (`run` runs what is left).
+                    if why is not None and not late and spawn is not None:  # a slow file: a new worker goes on
+                        new_fd = spawn()
+                        buffers[new_fd] = bytearray()
+                        current[new_fd] = None
+                        selector.register(new_fd, selectors.EVENT_READ)
                     continue
                 buffer = buffers[fd]
                 buffer += chunk
@@ -274,6 +432,7 @@ def _collect(children: dict[int, int], on_result) -> tuple[set[int], list[tuple[
                     size = int.from_bytes(buffer[start + 4:start + _HEADER], "little")
                     if size == _STARTED:
                         current[fd] = index
+                        since[fd] = time.monotonic()
                         start += _HEADER
                         continue
                     if len(buffer) - start < _HEADER + size:
@@ -281,10 +440,26 @@ def _collect(children: dict[int, int], on_result) -> tuple[set[int], list[tuple[
                     result = pickle.loads(buffer[start + _HEADER:start + _HEADER + size])
                     start += _HEADER + size
                     current[fd] = None
+                    since.pop(fd, None)
                     answered.add(index)
                     on_result(index, result)
                 del buffer[:start]
-    return answered, died
+    return answered, died, late
+
+
+def _wait(now: float, deadline, since: dict, limits) -> float | None:
+    """How long the selector may wait before a limit needs checking."""
+    due = [] if deadline is None else [deadline]
+    if limits.file_timeout is not None:
+        due += [began + limits.file_timeout for began in since.values()]
+    return max(0.0, min(due) - now) + 0.01 if due else None
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
 
 
 def _reap(pid: int) -> str:

@@ -9,6 +9,7 @@ quoted string: only an HTML label (`<...>`) would read them.
 from __future__ import annotations
 
 from . import graphview
+from .safe_text import neutralize
 
 CULPRIT = 'color="#c62828", penwidth=3, style="filled", fillcolor="#fde2e1"'
 ON_CYCLE = 'color="#c62828", penwidth=2, style="filled", fillcolor="#fff3e0"'
@@ -18,7 +19,7 @@ CYCLE_EDGE = 'color="#c62828", penwidth=3'
 
 def quote(text) -> str:
     """A DOT quoted string whose label shows `text` verbatim (on one line)."""
-    text = str(text).replace("\\", "\\\\").replace('"', '\\"')
+    text = neutralize(text, keep="\r\n").replace("\\", "\\\\").replace('"', '\\"')
     return '"' + text.replace("\r\n", "\n").replace("\r", "\n").replace("\n", "\\n") + '"'
 
 

@@ -15,12 +15,15 @@ from xml.sax.saxutils import escape as _escape
 from xml.sax.saxutils import quoteattr as _quoteattr
 
 from ..ranges import compact
+from .safe_text import neutralize
 
-_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+_NOT_XML = re.compile("[\ud800-\udfff\ufffe\uffff]")
 
 
 def clean(text) -> str:
-    return _NOT_XML.sub("\ufffd", str(text))
+    """Controls and bidi characters as visible escapes (safe_text; tab and
+    line breaks stay), and what XML 1.0 cannot hold at all as U+FFFD."""
+    return _NOT_XML.sub("\ufffd", neutralize(text, keep="\t\n\r"))
 
 
 def escape(text) -> str:

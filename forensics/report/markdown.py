@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 
 from . import graphview, mermaid, text
+from .safe_text import neutralize
 
 _SPECIAL = re.compile(r"[\\`*\[\]<>|~]|(?<!\w)_|_(?!\w)|^#")
 
@@ -20,7 +21,7 @@ def escape(value: str) -> str:
     """Inline Markdown text shown literally (also inside a table cell).
     Underscores inside words (`send_activations`) need no escape in
     CommonMark, so they are left alone for a readable source."""
-    return _SPECIAL.sub(lambda m: "\\" + m.group(0), str(value).replace("&", "&amp;"))
+    return _SPECIAL.sub(lambda m: "\\" + m.group(0), neutralize(value).replace("&", "&amp;"))
 
 
 def prose(value: str) -> str:
@@ -28,11 +29,12 @@ def prose(value: str) -> str:
     parts = str(value).split("`")
     if len(parts) % 2 == 0:  # an unmatched backtick: no code spans at all
         return escape(value)
-    return "`".join(part if index % 2 else escape(part) for index, part in enumerate(parts))
+    return "`".join(neutralize(part) if index % 2 else escape(part) for index, part in enumerate(parts))
 
 
 def fence(body: str, info: str = "") -> list[str]:
     """A fenced block longer than any backtick run inside, so it cannot be closed early."""
+    body = neutralize(body, keep="\n")
     longest = max((len(run) for run in re.findall(r"`+", body)), default=0)
     ticks = "`" * max(3, longest + 1)
     return [ticks + info, *body.split("\n"), ticks]

@@ -10,6 +10,7 @@ start an edge (`-->`) or inject HTML.
 from __future__ import annotations
 
 from . import graphview
+from .safe_text import neutralize
 
 # Mermaid entity codes are `#NAME;` or `#DECIMAL;`; `#` itself must go first.
 _ENTITIES = {"#": "#35;", '"': "#quot;", "<": "#60;", ">": "#62;", "&": "#38;", "`": "#96;",
@@ -24,7 +25,8 @@ CYCLE_EDGE_STYLE = "stroke:#c62828,stroke-width:3px"
 
 def escape(text: str) -> str:
     """Text safe inside a quoted Mermaid label."""
-    return "".join(_ENTITIES.get(ch, ch) for ch in str(text).replace("\r", " ").replace("\n", " "))
+    text = neutralize(str(text).replace("\r\n", " ").replace("\r", " ").replace("\n", " "))
+    return "".join(_ENTITIES.get(ch, ch) for ch in text)
 
 
 def node_id(view_id: str) -> str:

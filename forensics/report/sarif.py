@@ -12,10 +12,10 @@ tail mode: SARIF regions count from the top, so such a location has no
 
 from __future__ import annotations
 
-import json
 from urllib.parse import quote
 
 from .. import __version__
+from .safe_text import json_dumps, neutralize
 
 SCHEMA_URI = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
 BASE_ID = "INCIDENTROOT"
@@ -101,5 +101,18 @@ def to_dict(report, lang: str = "en") -> dict:
     }
 
 
+def inert(value):
+    """Every string of a SARIF log with controls and bidi characters shown
+    as escapes (safe_text): viewers show message and snippet text as it
+    is. Line breaks stay; URIs are percent-encoded already."""
+    if isinstance(value, str):
+        return neutralize(value, keep="\n")
+    if isinstance(value, dict):
+        return {inert(k): inert(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [inert(v) for v in value]
+    return value
+
+
 def render(report, lang: str = "en") -> str:
-    return json.dumps(to_dict(report, lang), ensure_ascii=False, indent=1) + "\n"
+    return json_dumps(inert(to_dict(report, lang)), indent=1) + "\n"

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from html import escape
 
 import networkx as nx
 
 from ..ranges import compact
+from .safe_text import html_escape as escape
 
 NODE_W = 250
 NODE_H = 52

@@ -1,0 +1,207 @@
+"""One fuzz target per reader: bytes in, the reader run as `forensics
+analyze` runs it, and only `InputError` (or a rule file's `RuleFileErrors`)
+allowed out. Any other exception, a hang (libFuzzer's -timeout) or a run
+out of memory (-rss_limit_mb) is a crash.
+
+Shared by the atheris harness (tests/fuzz/fuzz.py) and the regression
+tests (tests/fuzz/test_regressions.py): a crash the fuzzer finds is kept
+under tests/fuzz/regressions/TARGET/ and replayed through the same
+function by pytest, with or without atheris installed.
+
+Each input is written to a file (in /dev/shm where there is one) because
+the readers read paths: sniffing, gzip/zstd detection, tail reads and the
+size checks are part of what is fuzzed. The file name is the one the
+reader expects (a rank map is only claimed as `ranks.json`).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from typing import Callable
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+REGRESSIONS = os.path.join(HERE, "regressions")
+# Every module the targets reach: imported (and so instrumented) up front,
+# since the harness instruments only what is imported inside its block.
+MODULES = (
+    "forensics.ingest", "forensics.ingest.textio", "forensics.ingest.pyspy", "forensics.ingest.gdb",
+    "forensics.ingest.pystack", "forensics.ingest.elastic_error", "forensics.ingest.pytrace", "forensics.ingest.nccl",
+    "forensics.ingest.torchlog", "forensics.ingest.flightrecorder", "forensics.ingest.fr_report",
+    "forensics.ingest.safepickle", "forensics.ingest.jsonwalk", "forensics.ingest.snapshot",
+    "forensics.ingest.manifest", "forensics.ingest.statements", "forensics.ingest.stacks",
+    "forensics.ingest.attribution", "forensics.ingest.records", "forensics.ingest.grammar",
+    "forensics.messages", "forensics.yamlrules", "forensics.model",
+)
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    kinds: tuple[str, ...]     # artifact kinds whose real files seed it (as discovery names them)
+    file_name: str             # what the input file is called
+    run: Callable[[str, bytes], None]
+    seed_filter: Callable[[bytes], bool] = lambda data: True
+    about: str = ""
+
+
+_DIR: list[str] = []
+
+
+def scratch() -> str:
+    """A private folder for the input files, in RAM where possible."""
+    if not _DIR:
+        base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+        _DIR.append(tempfile.mkdtemp(prefix="forensics-fuzz-", dir=base))
+    return _DIR[0]
+
+
+def _write(name: str, data: bytes) -> str:
+    path = os.path.join(scratch(), name)
+    with open(path, "wb") as handle:
+        handle.write(data)
+    return path
+
+
+def _reader(module_name: str, *parsers: str):
+    """sniff(path, head) then each parse function, then merge of what parsed."""
+    def run(path: str, data: bytes) -> None:
+        import importlib
+
+        from forensics.ingest import merge
+        from forensics.ingest.textio import InputError, read_head
+
+        module = importlib.import_module(module_name)
+        try:
+            head = read_head(path)
+        except InputError:
+            head = data[:65536]
+        module.sniff(path, head)
+        for name in parsers:
+            try:
+                facts = getattr(module, name)(path, "fuzz/" + os.path.basename(path))
+            except InputError:
+                continue
+            merge([facts])
+    return run
+
+
+def _statements(path: str, data: bytes) -> None:
+    from forensics.ingest import merge, statements
+    from forensics.ingest.textio import InputError
+    from forensics.model import Artifact
+
+    statements.sniff(path, data[:65536])
+    try:
+        facts = statements.parse(Artifact(statements.KIND, path, "fuzz/stated.log", None, False))
+    except InputError:
+        return
+    merge([facts])
+
+
+def _nccl(path: str, data: bytes) -> None:
+    from forensics.ingest import merge, nccl
+    from forensics.ingest.textio import InputError
+
+    nccl.sniff(path, data[:65536])
+    try:  # tail mode and --full (every line) both, by the input's length: one parse per input
+        merge([nccl.parse(path, "fuzz/nccl.log", full=bool(len(data) & 1))])
+    except InputError:
+        pass
+
+
+def _yaml_rules(path: str, data: bytes) -> None:
+    from forensics.ingest.textio import InputError
+    from forensics.yamlrules import RuleFileErrors, load_file
+
+    try:
+        load_file(path, "fuzz/rules.yaml")
+    except (RuleFileErrors, InputError):
+        pass
+
+
+def _is_pickle(data: bytes) -> bool:
+    return data[:1] == b"\x80"
+
+
+TARGETS = {t.name: t for t in (
+    Target("pyspy", ("py-spy",), "rank0.pyspy.txt", _reader("forensics.ingest.pyspy", "parse", "parse_json"),
+           about="py-spy dump text (and the JSON reader on the same bytes)"),
+    Target("pyspy_json", ("py-spy-json",), "rank0.pyspy.json",
+           _reader("forensics.ingest.pyspy", "parse_json", "parse"), about="py-spy dump --json"),
+    Target("gdb", ("gdb",), "rank0.gdb.txt", _reader("forensics.ingest.gdb", "parse"),
+           about="gdb thread apply all bt (+ py-bt)"),
+    Target("pystack", ("pystack",), "rank0.pystack.txt", _reader("forensics.ingest.pystack", "parse"),
+           about="pystack remote/core output"),
+    Target("elastic_error", ("elastic-error",), "error.json", _reader("forensics.ingest.elastic_error", "parse"),
+           about="torchelastic error.json with its Python traceback"),
+    Target("pytrace", ("traceback", "faulthandler"), "rank0.stderr.log", _reader("forensics.ingest.pytrace", "parse"),
+           about="Python tracebacks and faulthandler dumps in any log"),
+    Target("nccl", ("nccl",), "rank0.nccl.log", _nccl, about="NCCL_DEBUG=INFO logs, tail and --full"),
+    Target("c10d", ("torch-log",), "rank0.log", _reader("forensics.ingest.torchlog", "parse"),
+           about="c10d / ProcessGroupNCCL watchdog and launcher logs"),
+    Target("fr_pickle", ("flight-recorder",), "nccl_trace_rank_0",
+           _reader("forensics.ingest.flightrecorder", "parse"), seed_filter=_is_pickle,
+           about="Flight Recorder pickles (restricted unpickler)"),
+    Target("fr_json", ("flight-recorder",), "nccl_trace_rank_0.json",
+           _reader("forensics.ingest.flightrecorder", "parse"), seed_filter=lambda d: not _is_pickle(d),
+           about="Flight Recorder JSON dumps"),
+    Target("fr_report", ("fr-analyzer-report",), "fr_trace.txt", _reader("forensics.ingest.fr_report", "parse"),
+           about="the Flight Recorder analyzer's printed report"),
+    Target("snapshot", ("snapshot",), "snapshot.json", _reader("forensics.ingest.snapshot", "parse"),
+           about="watchdog snapshots, JSON and YAML"),
+    Target("rank_map", ("rank-map",), "ranks.json", _reader("forensics.ingest.manifest", "parse"),
+           about="pid/rank maps and collect manifests, JSON and YAML"),
+    Target("messages", ("messages",), "stated.log", _statements,
+           about="any text file searched for catalogued messages"),
+    Target("yaml_rules", ("yaml-rules",), "rules.yaml", _yaml_rules, about="user YAML rule files"),
+)}
+
+
+def run_input(name: str, data: bytes) -> None:
+    """Feed one input to a target (what the fuzzer and the regression tests call)."""
+    target = TARGETS[name]
+    target.run(_write(target.file_name, data), data)
+
+
+_FOUND: list = []
+
+
+def _artifacts() -> list[tuple[str, str]]:
+    """(kind, path) of every artifact in corpus/ and tests/fixtures/, found once."""
+    if not _FOUND:
+        from forensics.ingest import discover
+        from forensics.plugins import Plugins
+
+        artifacts, _ = discover([os.path.join(REPO, "corpus"), os.path.join(REPO, "tests", "fixtures")],
+                                Plugins(autoload=False), jobs=1)
+        _FOUND.extend((a.kind, a.path) for a in artifacts)
+    return _FOUND
+
+
+SEED_BYTES = 16 << 10  # a longer seed is cut: small inputs run many times faster, and the mutator grows them
+
+
+def seeds(name: str) -> list[bytes]:
+    """Real files of the target's kind from corpus/ and tests/fixtures/
+    (as discovery classifies them), each cut to SEED_BYTES; YAML rules
+    from rules/. Compressed files are seeded decompressed."""
+    target = TARGETS[name]
+    if name == "yaml_rules":
+        folder = os.path.join(REPO, "rules")
+        found = [os.path.join(folder, f) for f in sorted(os.listdir(folder)) if f.endswith(".yaml")]
+    else:
+        found = sorted({path for kind, path in _artifacts() if kind in target.kinds})
+    from forensics.ingest.textio import InputError, read_bytes
+
+    out = []
+    for path in found:
+        try:
+            data = read_bytes(path, SEED_BYTES)
+        except InputError:
+            continue
+        if target.seed_filter(data):
+            out.append(data)
+    return out

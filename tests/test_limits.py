@@ -1,0 +1,132 @@
+"""Resource ceilings (forensics.limits, docs/reliability.md): a gzip or
+zstd bomb, a folder of too many files and lines of tens of megabytes each
+cost only what crosses the limit, named in a diagnostic with the limit,
+and the rest of the folder gives the verdict it supports."""
+
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import pytest
+import zstandard
+
+from forensics import limits
+from forensics.ingest.textio import read_bytes, take_notes
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CORPUS = os.path.join(HERE, "..", "corpus", "real_p2p_cycle_2")
+PIPELINE = ["rank0.pyspy.txt", "rank1.pyspy.txt"]
+
+
+def _incident(folder):
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in PIPELINE:
+        shutil.copy(os.path.join(CORPUS, name), folder / name)
+    return folder
+
+
+def _analyze(*args, timeout=300):
+    return _measured(*args, timeout=timeout)[0]
+
+
+def _measured(*args, timeout=300):
+    """(report, peak resident KiB of the analyzing process and its workers)."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen([sys.executable, "-m", "forensics", "analyze", *map(str, args), "-f", "json",
+                                 "--no-plugins", "-q"], stdout=out, stderr=err)
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)  # this child's own rusage (its reaped workers included)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        assert proc.returncode in (0, 1), err.read()
+        return json.loads(out.read()), usage.ru_maxrss
+
+
+def _messages(report, name):
+    return [d["message"] for d in report["diagnostics"] if os.path.basename(d["path"]) == name]
+
+
+def _pyspy_bomb(pack, size):
+    """Rank 0's py-spy dump followed by `size` bytes of blank lines, packed."""
+    dump = open(os.path.join(CORPUS, "rank0.pyspy.txt"), "rb").read()
+    body = dump + b"\n" * size
+    return gzip.compress(body, 9) if pack == "gzip" else zstandard.ZstdCompressor(level=19).compress(body)
+
+
+@pytest.mark.parametrize("pack", ["gzip", "zstd"])
+def test_a_decompression_bomb_is_read_up_to_the_limit(tmp_path, pack):
+    folder = _incident(tmp_path / "incident")
+    os.remove(folder / "rank0.pyspy.txt")  # rank 0's dump, then 256 MiB of blank lines, out of under 1 MiB
+    bomb = folder / "rank0.pyspy.txt.gz"
+    bomb.write_bytes(_pyspy_bomb(pack, 256 << 20))
+    assert bomb.stat().st_size < 1 << 20
+    report, peak = _measured(folder, "--limit", "decompressed=8M")
+    assert report["verdict"] == "deadlock" and report["culprit_ranks"] == [0, 1]
+    notes = _messages(report, bomb.name)
+    assert any("decompresses to more than 8 MiB (the limit on decompressed bytes per file)" in n
+               for n in notes), report["diagnostics"]
+    assert peak < 1 << 20  # KiB: under 1 GiB; without the limit this file took 9.7 GB and 88 s
+
+
+def test_the_decompression_limit_holds_in_textio(tmp_path):
+    path = tmp_path / "big.gz"
+    path.write_bytes(gzip.compress(b"y" * (3 << 20)))
+    take_notes()
+    with limits.applied(limits.Limits(decompressed_bytes=1 << 20)):
+        data = read_bytes(str(path))
+    assert data == b"y" * (1 << 20)
+    [(where, message)] = take_notes()
+    assert where == str(path) and "more than 1 MiB" in message
+    assert read_bytes(str(path)) == b"y" * (3 << 20) and take_notes() == []  # the default is far above
+
+
+def test_a_folder_of_too_many_files_is_read_up_to_the_limit(tmp_path):
+    root = tmp_path / "incident"
+    _incident(root / "a_ranks")
+    flood = root / "z_flood"
+    flood.mkdir()
+    for index in range(40):
+        (flood / f"f{index:03d}.log").write_bytes(b"noise\n")
+    report = _analyze(root, "--limit", "files-per-folder=10")
+    assert report["verdict"] == "deadlock" and report["culprit_ranks"] == [0, 1]
+    [message] = [d["message"] for d in report["diagnostics"] if d["path"].rstrip("/").endswith("z_flood")]
+    assert "30 entries beyond the first 10 (by name)" in message and "files-per-folder" in message
+    read = {os.path.basename(d["path"]) for d in report["diagnostics"]}
+    assert "f009.log" in read and "f010.log" not in read  # the first ten by name were looked at
+
+
+@pytest.mark.parametrize("head", [
+    b"Process 4242: python train.py\nPython v3.11.7 (/usr/bin/python3.11)\n\nThread 4242 (idle): \"MainThread\"\n",
+    b"host1:4242:4242 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>\n",
+    b"[rank0]:[E ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective operation timeout: ",
+    b"Thread 1 (Thread 0x7f (LWP 4242)):\n#0  0x00007f in ",
+], ids=["py-spy", "nccl", "c10d", "gdb"])
+def test_a_line_of_64_megabytes_costs_that_line_only(tmp_path, head):
+    folder = _incident(tmp_path / "incident")
+    (folder / "one_long_line.log").write_bytes(head + b"A" * (64 << 20) + b"\n" + head)
+    report, peak = _measured(folder, timeout=600)
+    assert report["verdict"] == "deadlock" and report["culprit_ranks"] == [0, 1]
+    assert peak < 2 << 20  # KiB: under 2 GiB
+
+
+@pytest.mark.parametrize("value", ["decompressed=0", "files-per-folder=ten", "swap=1G", "memory"])
+def test_a_bad_limit_is_a_usage_error(value):
+    proc = subprocess.run([sys.executable, "-m", "forensics", "analyze", CORPUS, "--limit", value],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "usage error" in proc.stderr
+
+
+def test_the_limits_are_documented():
+    doc = open(os.path.join(HERE, "..", "docs", "reliability.md"), encoding="utf-8").read()
+    for name in ("--timeout", "--file-timeout", "decompressed=", "files-per-folder=", "memory=",
+                 "64 KiB", "512 MiB"):
+        assert name in doc, name
+    assert f"{limits.CLI_TIMEOUT:g} s" in doc and f"{limits.CLI_FILE_TIMEOUT:g} s" in doc
