@@ -62,7 +62,7 @@ def analyze_incident(incident: Incident, plugins) -> Report:
     findings = plugins.call("forensics_findings", incident=incident)
     analysis = analyze_graph(build_graph(edges, incident), incident)
     findings += plugins.call("forensics_graph_findings", incident=incident, analysis=analysis)
-    findings = [with_stacks(f, incident) for f in defer_stated(settle_knots(findings, analysis))]
+    findings = [with_stacks(f, incident) for f in defer_stated(settle_knots(findings, analysis), incident)]
     findings = rank_findings(findings)
     verdict, lead = decide(findings, incident, analysis)
     findings = link_symptoms(findings, lead, analysis.graph)
@@ -89,15 +89,18 @@ def analyze_incident(incident: Incident, plugins) -> Report:
 STATED = "stated-"  # rules/stated_cause.py: causes read from what a message says
 
 
-def defer_stated(findings: list[Finding]) -> list[Finding]:
+def defer_stated(findings: list[Finding], incident: Incident) -> list[Finding]:
     """A cause a message states yields to a verdict drawn from rank states
     (that one has the whole picture: a survivor's exit or a peer's closed
     socket after the others waited on a missing rank is a consequence);
     it stays, as a warning, to corroborate. It keeps its weight only where
     it says what became of a rank the rank states blame (that rank died,
-    not merely elsewhere)."""
+    not merely elsewhere), and where the rank states blame only ranks that
+    sent nothing (a wait on a rank nobody collected weighs less than a line
+    that names the cause)."""
+    silent = set(confidence.silent_ranks(incident))
     structural = [f for f in findings if f.severity == "error" and f.kind in VERDICT_OF_KIND
-                  and not f.rule.startswith(STATED)]
+                  and not f.rule.startswith(STATED) and not (f.ranks and set(f.ranks) <= silent)]
     if not structural:
         return findings
     verdicts = {VERDICT_OF_KIND[f.kind] for f in structural}

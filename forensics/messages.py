@@ -38,19 +38,19 @@ import os
 import re
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .model import Evidence, MessageHit, normalize_op
 
 CAUSES = ("hang", "timeout", "network_fault", "peer_died", "collective_mismatch", "missing_rank",
           "crash", "oom", "config", "init_failure", "abort", "info")
 BLAMES = ("self", "peer", "ranks", "host", "none")
-PROJECTS = ("pytorch", "nccl", "gloo")
+PROJECTS = ("pytorch", "nccl", "gloo", "linux", "nvidia")
 
 _INT_FIELDS = ("rank", "peer_rank", "seq", "pid", "peer_pid", "local_rank", "nranks", "world_size",
                "timeout_ms", "elapsed_ms", "exit_code", "last_enqueued", "last_started", "last_completed",
                "device", "vendor_err", "channel", "numel", "count", "root", "op_count")
-_STR_FIELDS = ("group", "group_desc", "host", "peer_host", "peer_addr", "addr", "comm_id", "error_text",
+_STR_FIELDS = ("group", "group_desc", "host", "peer_host", "peer_addr", "addr", "bus_id", "comm_id", "error_text",
                "exception", "dtype", "sizes", "state", "store_key", "interface", "transport", "function")
 # name → how its text becomes a value
 FIELD_KINDS = {**dict.fromkeys(_INT_FIELDS, "int"), **dict.fromkeys(_STR_FIELDS, "str"),
@@ -82,7 +82,7 @@ class Entry:
     versions: str
     level: str
     match: tuple[str, ...]
-    patterns: tuple[re.Pattern, ...]
+    patterns: tuple[str, ...]  # regular expressions, compiled on first use (`regexes`)
     example: str
     facts: dict
     cause: str
@@ -99,19 +99,30 @@ class Entry:
         """The normalized facts of `line`, or None when no wording matches."""
         if not any(literal in line for literal in self.match):
             return None
-        for pattern in self.patterns:
+        for pattern in self.regexes:
             found = pattern.search(line)
             if found is not None:
                 return normalize(found.groupdict())
         return None
 
+    @property
+    def regexes(self) -> tuple[re.Pattern, ...]:
+        return _compiled(self.patterns)
+
     def to_json(self) -> dict:
         return {"id": self.id, "project": self.project, "source": self.source, "versions": self.versions,
-                "level": self.level, "match": list(self.match), "patterns": [p.pattern for p in self.patterns],
+                "level": self.level, "match": list(self.match), "patterns": list(self.patterns),
                 "variants": list(self.variants), "example": self.example, "facts": _jsonable(self.facts),
                 "proves": {"cause": self.cause, "stuck": self.stuck, "blames": self.blames,
                            "knock_on": self.knock_on},
                 "en": self.en, "zh": self.zh}
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled(patterns: tuple[str, ...]) -> tuple[re.Pattern, ...]:
+    """An entry's patterns, compiled when a line first holds its literal: a
+    run that meets a handful of catalogued lines compiles a handful."""
+    return tuple(map(re.compile, patterns))
 
 
 def _jsonable(facts: dict) -> dict:
@@ -189,9 +200,16 @@ class Catalogue:
             for literal in entry.match:
                 by_literal.setdefault(literal, []).append(entry)
         self._by_literal = by_literal
-        # Longest literals first, so that one that contains another is found as itself.
-        literals = sorted(by_literal, key=len, reverse=True)
-        self._any = re.compile("|".join(map(re.escape, literals))) if literals else None
+        self._any_pattern = None
+
+    @property
+    def _any(self) -> re.Pattern | None:
+        """One search for every entry's literals (longest first, so that one
+        that contains another is found as itself), compiled on first use."""
+        if self._any_pattern is None and self._by_literal:
+            literals = sorted(self._by_literal, key=len, reverse=True)
+            self._any_pattern = re.compile("|".join(map(re.escape, literals)))
+        return self._any_pattern
 
     def get(self, entry_id: str) -> Entry | None:
         return self.by_id.get(entry_id)
@@ -264,7 +282,7 @@ def page(entry: Entry, lang: str = "en") -> str:
              f"{labels[4]}: {'yes' if entry.stuck else 'no'}", f"{labels[5]}: {entry.blames}",
              f"{labels[6]}: {'yes' if entry.knock_on else 'no'}", "", f"{labels[7]}:", f"  {entry.example}",
              f"{labels[8]}: {facts}", "", f"{labels[9]}:"]
-    lines += [f"  {p.pattern}" for p in entry.patterns]
+    lines += [f"  {p}" for p in entry.patterns]
     lines += [f"  - {v}" for v in entry.variants]
     return "\n".join(lines) + "\n"
 
@@ -290,27 +308,86 @@ def shipped_files() -> list[str]:
 def catalogue() -> Catalogue:
     """The shipped catalogue (loaded once per process). A broken shipped file
     is a bug of ours: it raises."""
-    entries, problems = load(shipped_files())
-    if problems:
-        raise CatalogueError(problems)
+    paths = shipped_files()
+    raws = _cached(paths)
+    if raws is None:
+        entries, problems = load(paths, check_examples=False)  # the test suite checks them
+        if problems:
+            raise CatalogueError(problems)
+        _store(paths, entries)
+    else:
+        entries = [Entry(**raw) for raw in raws]
     return Catalogue(entries)
 
 
-def _loader():
-    from . import lazy
+_CACHE_VERSION = 1
 
-    base = lazy.yaml_safe_loader()
 
-    class LineLoader(base):  # type: ignore[misc, valid-type]
-        """A safe loader that records the line each mapping starts on."""
+def _cache_path(paths: list[str]) -> str | None:
+    """Where the parsed catalogue is kept (the temp dir, like lark's tables),
+    named by a hash of the files' bytes: a changed file is a new name."""
+    import hashlib
+    import tempfile
 
-    def construct_mapping(loader, node, deep=False):
-        mapping = base.construct_mapping(loader, node, deep=deep)
-        mapping["__line__"] = node.start_mark.line + 1
-        return mapping
+    digest = hashlib.sha256(str(_CACHE_VERSION).encode())
+    try:
+        for path in paths:
+            with open(path, "rb") as handle:
+                digest.update(handle.read())
+    except OSError:
+        return None
+    return os.path.join(tempfile.gettempdir(), f"forensics-messages-{digest.hexdigest()[:24]}.json")
 
-    LineLoader.add_constructor(lazy.yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_mapping)
-    return LineLoader
+
+def _cached(paths: list[str]) -> list[dict] | None:
+    """The entries as plain data (JSON, never code), if this exact
+    catalogue was parsed before; PyYAML costs a tenth of a second per run."""
+    import json
+
+    where = _cache_path(paths)
+    if where is None:
+        return None
+    try:
+        with open(where, encoding="utf-8") as handle:
+            raws = json.load(handle)
+        return [_entry_fields(raw) for raw in raws]
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+
+
+def _entry_fields(raw: dict) -> dict:
+    out = dict(raw)
+    for name in ("match", "patterns", "variants"):
+        out[name] = tuple(out[name])
+    out["facts"] = {k: tuple(v) if isinstance(v, list) else v for k, v in out["facts"].items()}
+    return out
+
+
+def _store(paths: list[str], entries: list[Entry]) -> None:
+    import dataclasses
+    import json
+
+    where = _cache_path(paths)
+    if where is None:
+        return
+    try:
+        temporary = f"{where}.{os.getpid()}"
+        with open(temporary, "w", encoding="utf-8") as handle:
+            json.dump([{f.name: getattr(e, f.name) for f in dataclasses.fields(Entry)} for e in entries], handle)
+        os.replace(temporary, where)
+    except (OSError, TypeError, ValueError):
+        pass  # no cache: the next run parses the YAML again
+
+
+_ID_LINE = re.compile(r"^\s*-\s+id:\s*['\"]?([\w.-]+)", re.M)
+
+
+def _id_lines(text: str) -> dict[str, int]:
+    """The line each entry's `- id:` stands on (the first, for a repeated id)."""
+    out: dict[str, int] = {}
+    for found in _ID_LINE.finditer(text):
+        out.setdefault(found.group(1), text.count("\n", 0, found.start()) + 1)
+    return out
 
 
 def load(paths: list[str], check_examples: bool = True) -> tuple[list[Entry], list[tuple[str, int, str]]]:
@@ -320,12 +397,13 @@ def load(paths: list[str], check_examples: bool = True) -> tuple[list[Entry], li
     entries: list[Entry] = []
     problems: list[tuple[str, int, str]] = []
     seen: dict[str, tuple[str, int]] = {}
-    loader = _loader()
+    loader = lazy.yaml_safe_loader()
     for path in paths:
         display = _display(path)
         try:
             with open(path, encoding="utf-8") as handle:
-                data = lazy.yaml.load(handle, Loader=loader)
+                text = handle.read()
+            data = lazy.yaml.load(text, Loader=loader)
         except lazy.yaml.MarkedYAMLError as exc:
             mark = exc.problem_mark
             problems.append((display, mark.line + 1 if mark else 0, f"invalid YAML: {exc.problem}"))
@@ -336,8 +414,10 @@ def load(paths: list[str], check_examples: bool = True) -> tuple[list[Entry], li
         if not isinstance(data, dict) or not isinstance(data.get("messages"), list):
             problems.append((display, 1, "a catalogue file is a mapping with a 'messages' list"))
             continue
+        lines = _id_lines(text)
         for raw in data["messages"]:
-            entry, found = _entry(raw, display, check_examples)
+            entry, found = _entry(raw, display, check_examples,
+                                  lines.get(str(raw.get("id"))) if isinstance(raw, dict) else 0)
             problems.extend(found)
             if entry is None:
                 continue
@@ -355,10 +435,10 @@ def _display(path: str) -> str:
     return "/".join(parts[-3:]) if len(parts) > 3 else path
 
 
-def _entry(raw, path: str, check_examples: bool):
+def _entry(raw, path: str, check_examples: bool, line: int | None = 0):
     if not isinstance(raw, dict):
         return None, [(path, 0, "each message is a mapping")]
-    line = raw.get("__line__", 0)
+    line = line or 0
     name = raw.get("id", "?")
     problems = []
 
@@ -368,7 +448,7 @@ def _entry(raw, path: str, check_examples: bool):
     for key in _REQUIRED:
         if key not in raw:
             bad(f"missing '{key}'")
-    unknown = set(raw) - set(_REQUIRED) - set(_OPTIONAL) - {"__line__"}
+    unknown = set(raw) - set(_REQUIRED) - set(_OPTIONAL)
     if unknown:
         bad(f"unknown key(s): {', '.join(sorted(unknown))}")
     if problems:
@@ -391,20 +471,21 @@ def _entry(raw, path: str, check_examples: bool):
         if not isinstance(text, str):
             bad("each pattern must be a string")
             continue
-        try:
-            pattern = re.compile(text)
-        except re.error as exc:
-            bad(f"pattern {text!r} does not compile: {exc}")
-            continue
-        unknown_groups = set(pattern.groupindex) - set(FIELD_KINDS)
-        if unknown_groups:
-            bad(f"unknown named group(s) {', '.join(sorted(unknown_groups))} (see forensics.messages.FIELD_KINDS)")
-        patterns.append(pattern)
+        if check_examples:  # a check compiles now; a shipped catalogue, when a line first needs it
+            try:
+                pattern = re.compile(text)
+            except re.error as exc:
+                bad(f"pattern {text!r} does not compile: {exc}")
+                continue
+            unknown_groups = set(pattern.groupindex) - set(FIELD_KINDS)
+            if unknown_groups:
+                bad(f"unknown named group(s) {', '.join(sorted(unknown_groups))} "
+                    "(see forensics.messages.FIELD_KINDS)")
+        patterns.append(text)
     proves = raw["proves"]
     if not isinstance(proves, dict):
         bad("'proves' must be a mapping")
         proves = {}
-    proves = {k: v for k, v in proves.items() if k != "__line__"}
     if set(proves) != {"cause", "stuck", "blames", "knock_on"}:
         bad("'proves' needs exactly cause, stuck, blames, knock_on")
     if proves.get("cause") not in CAUSES:
@@ -418,7 +499,7 @@ def _entry(raw, path: str, check_examples: bool):
     if not isinstance(facts, dict):
         bad("'facts' must be a mapping (may be empty: {})")
         facts = {}
-    facts = {k: tuple(v) if isinstance(v, list) else v for k, v in facts.items() if k != "__line__"}
+    facts = {k: tuple(v) if isinstance(v, list) else v for k, v in facts.items()}
     variants = raw.get("variants") or []
     if not isinstance(variants, list) or not all(isinstance(v, str) for v in variants):
         bad("'variants' must be a list of strings")
@@ -470,7 +551,7 @@ def _slow_patterns(entry: Entry) -> list[tuple[str, int, str]]:
     that is too slow, so an exponential pattern is caught at a size where
     it still ends, instead of hanging the check."""
     problems = []
-    for pattern in entry.patterns:
+    for pattern in entry.regexes:
         for size in _HOSTILE_SIZES:
             lines = _hostile_lines(entry, size)
             started = time.perf_counter()

@@ -367,6 +367,28 @@ UNKNOWN = "unknown"
 
 
 @dataclass(frozen=True, slots=True)
+class Ending:
+    """How a process ended, and where it was before: a launcher's exit code
+    or signal, with the call or activity the rank was in until then."""
+
+    exit_code: int | None = None
+    signal: str = ""
+    evidence: Evidence | None = None
+    activity: str = UNKNOWN
+    position: CommOp | None = None
+    why: str = ""  # why the rank was where it was, before it ended
+    # "cause": it ended of its own (killed, crashed, its own error);
+    # "knock_on": because another did (an abort after its own timeout, the
+    # launcher's SIGTERM, a peer's closed socket); "" until judged.
+    role: str = ""
+    reason: str = ""
+
+    def describe(self) -> str:
+        how = f"exit code {self.exit_code}" if self.exit_code is not None else "exited"
+        return how + (f" ({self.signal})" if self.signal else "")
+
+
+@dataclass(frozen=True, slots=True)
 class RankState:
     rank: int
     host: str = ""
@@ -390,6 +412,15 @@ class RankState:
     # Why the rank is in this state, for people: the deciding frame and the
     # job's own call site ("send (distributed_c10d.py:2753) ← send_activations (train.py:277)").
     why: str = ""
+    # How the process ended, when an artifact says it did.
+    ending: Ending | None = None
+
+    @property
+    def position(self) -> CommOp | None:
+        """The call the rank is in, or was in when it ended."""
+        if self.current_op is not None:
+            return self.current_op
+        return self.ending.position if self.ending is not None else None
 
     @property
     def is_dead(self) -> bool:
@@ -442,6 +473,39 @@ class StuckSignal:
 
 
 @dataclass(frozen=True, slots=True)
+class Event:
+    """One dated thing that happened, on the incident's one clock.
+
+    `time` is seconds on `clock`: "wall" (corrected for the host's offset
+    where other lines bound it), "boot:<host>" (dmesg without an anchor:
+    comparable only within that host), or None when the line carries no
+    time (then only the file's order is known). `role` says what the event
+    is for the incident: a `cause` candidate (a kill, a crash, an error of
+    the process's own), a `knock_on` (an abort after the rank's own
+    timeout, a peer's closed socket, the launcher's SIGTERM) or `info`.
+    """
+
+    time: float | None
+    clock: str
+    kind: str
+    role: str
+    evidence: Evidence
+    host: str = ""
+    rank: int | None = None
+    pid: int | None = None
+    detail: str = ""
+
+    def to_json(self) -> dict:
+        out = {"time": self.time, "clock": self.clock, "kind": self.kind, "role": self.role,
+               "evidence": self.evidence.to_json()}
+        for name in ("host", "rank", "pid", "detail"):
+            value = getattr(self, name)
+            if value not in ("", None):
+                out[name] = value
+        return out
+
+
+@dataclass(frozen=True, slots=True)
 class Artifact:
     kind: str
     path: str
@@ -473,6 +537,13 @@ class Incident:
     # What the catalogue recognized in any artifact, each attributed to a
     # global rank where its prefixes, file name or a pid map allow.
     messages: tuple[MessageHit, ...] = ()
+    # The dated events of every artifact on one clock, oldest first
+    # (forensics/postmortem.py), and how far apart hosts' clocks may be.
+    events: tuple[Event, ...] = ()
+    skew_s: float | None = None
+    # Each NCCL process's view of each communicator pointer it called on
+    # (forensics.ingest.nccl.CommView), for rules that match them up.
+    comm_views: tuple = ()
 
     def members(self, group: str) -> tuple[int, ...]:
         """Global ranks of `group`; the world when the group is unknown."""

@@ -23,6 +23,7 @@ READER_PLUGINS = (
     "forensics.ingest.elastic_error",
     "forensics.ingest.nccl",
     "forensics.ingest.torchlog",
+    "forensics.ingest.pytrace",
     "forensics.ingest.flightrecorder",
     "forensics.ingest.fr_report",
     "forensics.ingest.statements",
@@ -39,6 +40,7 @@ RULE_PLUGINS = (
     "forensics.rules.async_ops",
     "forensics.rules.transport_mismatch",
     "forensics.rules.shared_communicator",
+    "forensics.rules.nccl_same_comm",
     "forensics.rules.stated_cause",
     "forensics.yamlrules",  # the shipped YAML rules (top-level rules/, package forensics.rules_data)
 )
@@ -164,8 +166,8 @@ class Plugins:
         for impl in reversed(caller.get_hookimpls()):
             try:
                 out = impl.function(**{k: kwargs[k] for k in impl.argnames})
-            except InputError:
-                raise  # the file is bad, not the plugin
+            except (InputError, MemoryError):
+                raise  # the file is bad, or past the run's memory limit (reported per file): not the plugin
             except Exception as exc:
                 self.diagnostics.append(Diagnostic(
                     f"<plugin {impl.plugin_name}>", 0,

@@ -11,8 +11,9 @@ sends the on-call engineer after the echoes. So findings are ordered:
    every mismatched group), which are culprits too;
 3. details: findings that say more about the culprit ranks themselves
    without bearing a verdict (a team rule saying the missing rank is
-   writing a checkpoint), marked `detail_of` the lead's rule id: they tell
-   why the culprit is where it is;
+   writing a checkpoint), or that bear the same verdict read another way
+   (the culprit's own error message), marked `detail_of` the lead's rule
+   id: they tell why the culprit is where it is;
 4. symptoms: verdict-bearing findings of lower precedence about the
    culprits (the rank a mismatch killed), and errors about ranks that
    wait, directly or through others, on the culprits (a peer's socket
@@ -74,6 +75,9 @@ def link_symptoms(findings: list[Finding], lead: Finding | None, graph=None) -> 
         bears = VERDICT_OF_KIND.get(finding.kind)
         if finding.severity == "error" and bears == verdict:
             co_causes.append(finding)
+        elif bears == verdict and ranks and ranks <= culprits:
+            # the same verdict, read another way (a message stating it): corroboration, not an echo
+            details.append(replace(finding, detail_of=lead.rule))
         elif not ranks or not ranks <= affected:
             (info if finding.severity == "info" else rest).append(finding)
         elif bears is None and ranks <= culprits:

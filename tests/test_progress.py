@@ -146,7 +146,8 @@ def test_text_on_a_terminal_is_coloured_and_wrapped(tmp_path):
     assert max(len(line) for line in bare.splitlines()) <= 60
     piped = subprocess.run([sys.executable, "-m", "forensics", "analyze", str(incident)],
                            capture_output=True, text=True, env=_env()).stdout
-    assert " ".join(bare.split()) == " ".join(piped.split())
+    # Wrapping may fold a word longer than the width: compare what is printed, not where lines break.
+    assert "".join(bare.split()) == "".join(piped.split())
 
 
 def test_no_color_on_a_terminal(tmp_path):

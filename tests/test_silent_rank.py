@@ -37,8 +37,12 @@ def test_a_rank_with_no_artifact_is_the_one_everyone_waits_for(run_cli, tmp_path
     assert [report["ranks"][r]["waiting_for"] for r in "013"] == [[2], [2], [2]]
 
 
-def test_without_the_pid_map_nothing_says_rank_2_exists(run_cli, tmp_path):
+def test_without_the_pid_map_rank_numbering_alone_says_rank_2_exists(run_cli, tmp_path):
+    """Ranks run from 0: rank 3's dump proves rank 2 exists. The verdict that
+    rests on that says so and is not sure (the world size is unknown)."""
     folder = _without_rank_2(tmp_path)
     (folder / "pid_map.json").unlink()
     report = json.loads(run_cli("analyze", folder, "--hung", "-f", "json").stdout)
-    assert "2" not in report["ranks"] and report["verdict"] == "inconclusive"
+    assert report["verdict"] == "missing_rank" and report["culprit_ranks"] == [2]
+    assert "because rank 3 does" in report["ranks"]["2"]["why"]
+    assert report["confidence"]["level"] == "low"

@@ -30,6 +30,11 @@ REAL_LOGS = sorted(p for p in list(SAMPLES.glob("*/*.log*")) + list(CORPUS.glob(
 needs_samples = pytest.mark.skipif(not DETAIL.exists(), reason="shared samples not available")
 
 
+# Jobs captured while they hung (every rank ended by the collector's SIGTERM);
+# the post-mortem captures, whose jobs failed on their own, are not.
+HANG_CAPTURES = sorted(f for f in CORPUS.glob("real_*") if (f / "expected.yaml").is_file()
+                       and 'mode: "post-mortem"' not in (f / "expected.yaml").read_text())
+
 def parse(path, display=None):
     return torchlog.parse(str(path), display or Path(path).name)
 
@@ -73,7 +78,7 @@ def pid_map(folder):
 
 @needs_samples
 def test_sniff_claims_c10d_and_launcher_logs_only():
-    for path in sorted(SAMPLES.glob("*/*")) + sorted(CORPUS.glob("real_*/*")):
+    for path in sorted(SAMPLES.glob("*/*")) + sorted(p for folder in HANG_CAPTURES for p in folder.glob("*")):
         if not path.is_file() or not path.stat().st_size:
             continue
         expected = ".stderr.log" in path.name or path.name.startswith("torchrun.log")
@@ -203,8 +208,8 @@ def test_healthy_then_mismatch_torchrun_console():
 
 
 @needs_samples
-@pytest.mark.parametrize("folder", [P2P] + sorted(p.parent for p in CORPUS.glob("real_*/torchrun.log")
-                                                   if "\ncapture:" in (p.parent / "expected.yaml").read_text()),
+@pytest.mark.parametrize("folder", [P2P] + [f for f in HANG_CAPTURES if (f / "torchrun.log").is_file()
+                                             and "\ncapture:" in (f / "expected.yaml").read_text()],
                          ids=lambda p: p.name)
 def test_torchrun_failure_summaries(folder):
     facts = parse(folder / "torchrun.log")

@@ -6,10 +6,11 @@ import errno
 import os
 from dataclasses import replace
 
+from .. import limits
 from .. import model as m
 from ..model import Artifact, Diagnostic, Evidence, Incident, ProcessGroup, StuckSignal
 from . import stacks, workers
-from .attribution import PidMap, attribute, rank_from_path
+from .attribution import PidMap, World, attribute, outside_world, rank_from_path
 from .facts import Facts
 from .records import groups_from_comms, state_from_records
 from .textio import InputError, file_size, looks_binary, not_regular, read_head, take_notes
@@ -78,10 +79,15 @@ def _walk(root: str, roots: list[str], follow: bool):
     while stack:
         folder, prefix = stack.pop()
         try:
-            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+            entries, over = _first_entries(folder, limits.current().files_per_folder)
         except OSError as exc:
             yield folder, prefix or folder, f"folder not readable: {exc.strerror or exc}: skipped"
             continue
+        if over:
+            cap = limits.current().files_per_folder
+            yield folder, prefix or folder, (f"{over:,} entries beyond the first {cap:,} (by name) of this folder "
+                                             f"were not read: the files-per-folder limit "
+                                             f"(--limit files-per-folder=N)")
         subfolders = []
         for entry in entries:
             display = prefix + entry.name
@@ -109,6 +115,24 @@ def _walk(root: str, roots: list[str], follow: bool):
             why = _unreadable(path)
             yield path, display, why
         stack.extend(reversed(subfolders))
+
+
+def _first_entries(folder: str, cap: int) -> tuple[list, int]:
+    """The first `cap` entries of `folder` by name, and how many more there
+    are: a folder of millions of files is never held in memory whole."""
+    import heapq
+
+    count = 0
+
+    def counted(it):
+        nonlocal count
+        for entry in it:
+            count += 1
+            yield entry
+
+    with os.scandir(folder) as it:
+        first = heapq.nsmallest(cap, counted(it), key=lambda e: e.name)
+    return first, count - len(first)
 
 
 def _symlink_skip(path: str, roots: list[str], follow: bool) -> str:
@@ -386,6 +410,7 @@ def merge(facts: list[Facts], artifacts: tuple = (), diagnostics=()) -> Incident
     stated = PidMap()
     listed: dict[int, tuple[str, int, Evidence]] = {}  # rank → where an artifact says it exists
     messages: dict[tuple, m.MessageHit] = {}  # one hit per (entry, file, line), whichever reader saw it
+    world = _world_size(facts, diagnostics)
     for index in order:
         item = facts[index]
         diagnostics.extend(item.diagnostics)
@@ -395,11 +420,21 @@ def merge(facts: list[Facts], artifacts: tuple = (), diagnostics=()) -> Incident
         comm_members.extend(item.comm_members)
         rings.extend(item.rings)
         for hit in item.messages:
-            messages.setdefault((hit.id, hit.evidence.path, hit.evidence.line), hit)
+            key = (hit.id, hit.evidence.path, hit.evidence.line)
+            known = messages.get(key)
+            if known is None or _richer(hit, known):
+                messages[key] = hit
         for host, pid, rank, evidence in item.pid_ranks:
+            if outside_world(world, rank, evidence.path, evidence.line,
+                             f"the entry for {host}:{pid}" if host else f"the entry for pid {pid}", diagnostics):
+                continue
             stated.add(host, pid, rank, evidence.cite())
             listed.setdefault(rank, (host, pid, evidence))
         for state in item.ranks:
+            where = state.evidence
+            if outside_world(world, state.rank, where.path if where else item.path, where.line if where else 0,
+                             f"this {item.kind}", diagnostics):
+                continue
             ranks[state.rank] = _combine(ranks.get(state.rank), state)
         for group in item.groups:
             known = groups.get(group.id)
@@ -415,21 +450,27 @@ def merge(facts: list[Facts], artifacts: tuple = (), diagnostics=()) -> Incident
                 if signal is not None:
                     stuck.append(signal)
             previous_snapshot = item
-    placed, unattributed, learned = attribute(dumps, stated, diagnostics)
+    placed, unattributed, learned = attribute(dumps, stated, diagnostics, world=world)
     for rank, rank_dumps in placed.items():
         ranks[rank] = _combine(ranks.get(rank), _state_from_dumps(rank, rank_dumps))
     if records or comm_members:
-        _merge_records(records, comm_members, stated, learned, ranks, groups, diagnostics)
+        _merge_records(records, comm_members, stated, learned, ranks, groups, diagnostics, world)
     if rings:
         _attach_rings(rings, groups)
-    _add_silent_ranks(ranks, groups, listed)
+    _add_silent_ranks(ranks, groups, listed, world)
+    if world is not None:
+        messages = _messages_inside(messages, world, diagnostics)
     _check_references(ranks, groups, diagnostics)
     read = tuple(m.ReadStats(f.path, f.kind, f.lines_read, f.unrecognized) for f in facts)
     stuck.extend(_stated_stuck(messages.values()))
-    return Incident(ranks=dict(sorted(ranks.items())), groups=groups, artifacts=tuple(artifacts),
-                    diagnostics=tuple(diagnostics), stuck=_distinct_signals(stuck),
-                    unattributed=tuple(unattributed), read=read,
-                    messages=_attribute_messages(messages.values(), stated, ranks))
+    incident = Incident(ranks=dict(sorted(ranks.items())), groups=groups, artifacts=tuple(artifacts),
+                        diagnostics=tuple(diagnostics), stuck=_distinct_signals(stuck),
+                        unattributed=tuple(unattributed), read=read,
+                        messages=_attribute_messages(messages.values(), stated, ranks),
+                        comm_views=tuple(view for f in facts for view in f.comm_views))
+    from ..postmortem import settle
+
+    return settle(incident)
 
 
 MAX_STATED_STUCK = 200
@@ -453,6 +494,14 @@ def _stated_stuck(hits) -> list[StuckSignal]:
             if len(out) >= MAX_STATED_STUCK:
                 break
     return out
+
+
+def _richer(hit: m.MessageHit, other: m.MessageHit) -> bool:
+    """Of two readers' hits on one line, the one that says more: a
+    structured reader may add facts from the lines around it (the Flight
+    Recorder analyzer's report block) and the process that printed it."""
+    return (len(hit.facts), hit.rank is not None, bool(hit.host)) > (len(other.facts), other.rank is not None,
+                                                                      bool(other.host))
 
 
 def _distinct_signals(stuck: list[StuckSignal]) -> tuple[StuckSignal, ...]:
@@ -490,8 +539,8 @@ def _attribute_messages(hits, stated: PidMap, ranks: dict) -> tuple[m.MessageHit
     return tuple(sorted(out, key=lambda h: (h.evidence.path, h.evidence.line < 0, h.evidence.line)))
 
 
-def _merge_records(records, comm_members, stated, learned, ranks, groups, diagnostics) -> None:
-    placed, _, learned = attribute(records, stated, diagnostics, learned)
+def _merge_records(records, comm_members, stated, learned, ranks, groups, diagnostics, world=None) -> None:
+    placed, _, learned = attribute(records, stated, diagnostics, learned, world)
 
     def pid_rank(host, pid):
         found = stated.lookup(host, pid) or learned.lookup(host, pid)
@@ -505,7 +554,49 @@ def _merge_records(records, comm_members, stated, learned, ranks, groups, diagno
         ranks[rank] = state_from_records(rank, placed[rank], ranks.get(rank), groups)
 
 
-def _add_silent_ranks(ranks: dict, groups: dict, listed: dict) -> None:
+def _world_size(facts: list[Facts], diagnostics: list) -> World | None:
+    """The job's world size where an artifact states it: the members of
+    the default group (a Flight Recorder dump's pg_config, a snapshot, the
+    launcher's `global_world_sizes` or a `WORLD_SIZE` the c10d log reader
+    found) or the largest NCCL communicator (NCCL's world, as the NCCL
+    reader takes it for its pid map). Sources that disagree: the largest
+    is used (a smaller one may be a subgroup's) and a diagnostic says so."""
+    stated: list[tuple[int, str]] = []
+    for item in facts:
+        for group in item.groups:
+            if group.id == m.DEFAULT_GROUP and group.ranks:
+                stated.append((max(group.ranks) + 1, f"the default group's members in {item.path}"))
+        sizes = [(size, evidence) for _, _, size, _, _, evidence in item.comm_members]
+        if sizes:
+            size, evidence = max(sizes, key=lambda pair: pair[0])
+            stated.append((size, f"NCCL communicator of {size} ranks, {evidence.cite()}"))
+    if not stated:
+        return None
+    size, source = max(stated, key=lambda pair: pair[0])
+    smaller = sorted({s for s, _ in stated if s < size})
+    if smaller:
+        diagnostics.append(Diagnostic("", 0, f"world size {size} ({source}); smaller sizes stated elsewhere "
+                                             f"({', '.join(map(str, smaller))}) are taken to be subgroups'", "info"))
+    return World(size, source)
+
+
+def _messages_inside(messages: dict, world: World, diagnostics: list) -> dict:
+    """Catalogued lines whose prefix names a rank beyond the world keep no
+    rank (one diagnostic per file)."""
+    told: set[str] = set()
+    out = {}
+    for key, hit in messages.items():
+        if hit.rank is not None and world.excludes(hit.rank):
+            path = hit.evidence.path
+            if path not in told:
+                told.add(path)
+                outside_world(world, hit.rank, path, hit.evidence.line, "this line's prefix", diagnostics)
+            hit = replace(hit, rank=None)
+        out[key] = hit
+    return out
+
+
+def _add_silent_ranks(ranks: dict, groups: dict, listed: dict, world: World | None = None) -> None:
     """Ranks an artifact says exist (a pid map, a launcher's summary, NCCL
     init lines, a group's member list) but nothing describes: the rank
     everyone may be waiting for sent nothing at all. Each gets a state with
@@ -515,8 +606,11 @@ def _add_silent_ranks(ranks: dict, groups: dict, listed: dict) -> None:
     Global ranks run from 0: a rank K that an artifact describes proves
     ranks 0 to K exist, the lower ones too (one rank's timeout pasted from
     a merged log shows it waited for ranks that printed nothing). Only a few
-    such gaps are filled: many would mean the numbers are not ranks."""
+    such gaps are filled: many would mean the numbers are not ranks. No
+    rank at or beyond a known world size is added."""
     members = {r for group in groups.values() for r in group.ranks}
+    if world is not None:
+        members = {r for r in members if not world.excludes(r)}
     known = set(listed) | members | set(ranks)
     below = set(range(max(known) + 1)) - known if known and max(known) >= 0 else set()
     implied = below if len(below) <= max(MAX_IMPLIED, len(known)) else set()
@@ -550,19 +644,32 @@ def _attach_rings(rings, groups) -> None:
 
 
 def _state_from_dumps(rank: int, dumps: list[m.ProcessDump]) -> m.RankState:
-    """One rank's state from all its stack dumps (py-spy, gdb, ...)."""
-    judged = [(stacks.classify(d), d) for d in dumps]
+    """One rank's state from all its stack dumps (py-spy, gdb, ...). Dumps
+    of a process that ended with them (a traceback, faulthandler on a
+    fatal signal, a core) say where it was when it ended: the rank has
+    exited, and its ending keeps that position for telling whether its
+    death caused the hang or followed it."""
+    live = [d for d in dumps if not d.exited] or dumps
+    judged = [(stacks.classify(d), d) for d in live]
     best = stacks.moving(judged) or stacks.combine([c for c, _ in judged])
-    primary = next(d for c, d in judged if c is best) if any(c is best for c, _ in judged) else dumps[0]
-    python_dump = max(dumps, key=lambda d: (d.source.startswith("py-spy"),
+    primary = next(d for c, d in judged if c is best) if any(c is best for c, _ in judged) else live[0]
+    python_dump = max(dumps, key=lambda d: (d.source.startswith(("py-spy", "pystack")),
                                             sum(1 for t in d.threads for f in t.frames if stacks.is_python(f))))
     pid = next((d.pid for d in dumps if d.pid is not None), None)
     host = next((d.host for d in dumps if d.host), "")
-    return m.RankState(
+    state = m.RankState(
         rank=rank, host=host, pid=pid, alive=True, activity=best.activity,
         current_op=stacks.comm_op(best), threads=primary.threads,
         stack=stacks.python_stack(python_dump), evidence=best.evidence or primary.evidence,
         why=best.why)
+    ended = [d for d in dumps if d.exited]
+    if not ended:
+        return state
+    last = ended[-1]
+    ending = m.Ending(None, last.signal, last.evidence or state.evidence, state.activity, state.current_op,
+                      state.why)
+    return replace(state, alive=False, activity=m.EXITED, current_op=None, ending=ending,
+                   why=f"ended{' by ' + last.signal if last.signal else ''} in {state.why or state.activity}")
 
 
 def _combine(old: m.RankState | None, new: m.RankState) -> m.RankState:

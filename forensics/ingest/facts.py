@@ -31,6 +31,10 @@ class Facts:
     rings: list[tuple[str, int, tuple[int, ...], Evidence]] = field(default_factory=list)
     # Lines that looked like this kind's lines but could not be read, and all
     # lines read, per file: the report shows the counts, nothing is dropped silently.
+    # NCCL: each process's view of each communicator it called on (what its
+    # COLL lines show under one pointer), for telling which pointers of
+    # several processes are one communicator (forensics.ingest.nccl.CommView).
+    comm_views: list = field(default_factory=list)
     # Lines the message catalogue (rules/messages/) recognizes: what PyTorch,
     # NCCL and Gloo state outright about a timeout, a dead peer, a mismatch.
     messages: list[MessageHit] = field(default_factory=list)

@@ -40,9 +40,12 @@ def parser(name: str, start: str = "start", callbacks: type | None = None, inlin
     does not import lark.
     """
     transformer = _transformer(callbacks, inline)() if callbacks is not None else None
-    return lazy.lark.Lark(grammar_text(name), parser="lalr", lexer="contextual", start=start,
-                          transformer=transformer, propagate_positions=False,
-                          maybe_placeholders=False, cache=transformer is None)
+    options = dict(parser="lalr", lexer="contextual", start=start, transformer=transformer,
+                   propagate_positions=False, maybe_placeholders=False)
+    try:  # lark keeps the analysed tables in the temp dir; the transformer is given again on load
+        return lazy.lark.Lark(grammar_text(name), cache=True, **options)
+    except lazy.lark.exceptions.ConfigurationError:  # an older lark: no cache beside a transformer
+        return lazy.lark.Lark(grammar_text(name), **options)
 
 
 @functools.lru_cache(maxsize=None)

@@ -7,7 +7,10 @@ communicator), its WARNs, its global rank when an outer `[rankN]:` prefix
 states it. Init lines feed `comm_members` (the communicator's members, by
 `commId`, the hash every member prints) and `pid_ranks` (host:pid → rank in
 the largest communicator). `topology()` gives the rings and trees of each
-communicator, for naming the link a stalled ring depends on.
+communicator, for naming the link a stalled ring depends on;
+`communicators()` each process's view of each communicator it called on
+(`CommView`: its newest calls, its rank there, its ring and tree lines), for
+telling which per-process pointers are one communicator when no commId does.
 
 Reading. A line is found by its NCCL prefix anywhere in it (launchers and
 terminals glue `[rank3]:`, `(RayWorkerWrapper pid=…)`, timestamps, colours
@@ -47,7 +50,9 @@ What the file cannot tell, and what we assume:
   them), else to the communicator of the process's last call (NCCL 2.19+
   connects lazily at the first call), else to the next Init COMPLETE on the
   thread (NCCL before 2.18.3 prints no Init START), else to the process's
-  only communicator. Lines none of these place are counted, not guessed.
+  only communicator; rings and trees, which NCCL prints at init only, go to
+  that next Init COMPLETE before the last call's communicator. Lines none
+  of these place are counted, not guessed.
 - `opCount` never decreases within a communicator, so its last call is its
   furthest. A communicator with an init line and no call has enqueued -1
   (none, as c10d counts), when the file shows COLL lines at all.
@@ -70,11 +75,13 @@ import io
 import os
 import re
 import zlib
+from dataclasses import dataclass
 from typing import Iterable, Iterator, NamedTuple
 
 from .. import lazy
 from .reader import reader_hooks
-from ..model import CommOp, Evidence, GroupProgress, ProcessRecord, normalize_op
+from .. import messages
+from ..model import CommOp, Evidence, GroupProgress, MessageHit, ProcessRecord, normalize_op
 from .facts import Facts
 from .cache import BoundedCache as _Cache
 from .grammar import parser
@@ -90,6 +97,7 @@ HEAD_BYTES = 4 << 20            # tail mode: read whole at the start ...
 TAIL_BYTES = 16 << 20           # ... and at the end
 CHUNK = 8 << 20                 # bytes per read
 RECENT_OPS = 8
+COMM_WINDOW = 256               # calls kept per process for `communicators()` (RECENT_OPS of them for records)
 MAX_ERRORS = 64                 # per process: the first 16 and the last 48
 MAX_BACK_HOPS = 20000           # tail mode: lines of one process looked at going backwards
 FROM_END = 1 << 62              # tail mode: line k from the end is FROM_END - k inside the reader
@@ -120,6 +128,10 @@ _OUTER_RANK = re.compile(rb"\[rank(\d+)\]:")
 _OUTER_LOCAL = re.compile(rb"\[default(\d+)\]:")
 _RAY_REPEAT = re.compile(rb" ?\[repeated \d{1,9}x across cluster\]")
 _BOOTSTRAP = re.compile(rb"Bootstrap ?: ?Using")
+# Lines whose text the message catalogue reads too (rules/messages/): the
+# rest (COLL, ring, init lines) this reader reads itself, and there are many.
+_STATED_RULES = frozenset({"warn_line", "misc_line"})
+MAX_STATED = 512  # catalogued lines kept per file
 _END_EVENT = (b"- Init ", b"- Abort ", b"- Destroy ", b"- Revoke ")
 # Every number of a message: hex after opCount/busId and inside brackets,
 # 0x addresses, decimals (with their sign). Each becomes one NUL.
@@ -127,6 +139,69 @@ _MASK = re.compile(rb"(?<=opCount )[0-9a-fA-F]+|(?<=busId )[0-9a-fA-F]+|(?<=\[)[
                    rb"|0[xX][0-9a-fA-F]+|-?\d[0-9a-fA-F]*")
 _SHAPE = bytes.maketrans(b"0123456789abcdef", b"#" * 16)
 _IP = re.compile(r"(?:^|[\s\]:/])(\d{1,3}(?:\.\d{1,3}){3}|[0-9a-fA-F]*:[0-9a-fA-F:]+)<-?\d+>")
+
+
+# ------------------------------------------------------------------ communicators as each process saw them
+
+class NcclCall(NamedTuple):
+    """One COLL line: a call as NCCL enqueued it (`src/enqueue.cc`). `op`
+    and the numbers as printed: `opcount` counts the communicator's kernel
+    launches (calls of one ncclGroupStart/End share it), `redop` is
+    ncclRedOp_t, `root` the peer of a Send or Recv."""
+
+    opcount: int
+    op: str
+    count: int
+    datatype: int
+    redop: int
+    root: int
+    evidence: Evidence
+
+
+@dataclass(frozen=True, slots=True)
+class CommView:
+    """What one process's log shows of one communicator it called on.
+
+    COLL lines name a communicator only by a pointer, different in every
+    process; `group` is this reader's id for it: `nccl:<commId>…`, which
+    every member prints, when an init line gave one, else the per-process
+    `nccl-comm:<host>:<pid>:<pointer>`. Telling which views across processes
+    are one communicator is left to the rules (rules/nccl_same_comm.py):
+    `calls` (those among the process's newest COMM_WINDOW, oldest first;
+    `cut` when calls before them may be missing, so the oldest opCount may
+    be incomplete), the process's rank in the communicator (`comm_rank`,
+    from its init, comm summary, Trees or Ring lines, or 0 when it printed
+    the ring dump, which rank 0 alone does), the channel count, its ring
+    neighbours per channel
+    (`rings`: (channel, prev, next)), the whole rings of rank 0's dump
+    (`ring_orders`), its tree neighbours (`trees`: (channel, up, downs)),
+    and `nodes`/`local_ranks` from the comm summary line (2.20+).
+    """
+
+    path: str
+    host: str
+    pid: int
+    rank: int | None                  # the process's global rank, when the file states it
+    pointer: str
+    group: str
+    nranks: int
+    calls: tuple[NcclCall, ...]
+    cut: bool = False
+    comm_rank: int | None = None
+    comm_rank_evidence: Evidence | None = None
+    channels: int | None = None
+    rings: tuple[tuple[int, int, int], ...] = ()
+    ring_orders: tuple[tuple[int, tuple[int, ...]], ...] = ()
+    trees: tuple[tuple[int, int, tuple[int, ...]], ...] = ()
+    nodes: int | None = None
+    local_ranks: int | None = None
+    topology_evidence: tuple[Evidence, ...] = ()
+    process_evidence: Evidence | None = None
+
+    @property
+    def shared(self) -> bool:
+        """Its id is one every member prints (a commId, or a split of one)."""
+        return self.group.startswith("nccl:")
 
 
 # ------------------------------------------------------------------ entry points
@@ -156,7 +231,8 @@ def parse(path: str, display: str, full: bool = False) -> Facts:
     try:
         with open(path, "rb") as handle:
             magic = handle.read(4)
-            size = os.fstat(handle.fileno()).st_size
+            stat = os.fstat(handle.fileno())
+            size = stat.st_size
             if not size:
                 raise InputError(display, "empty file")
             handle.seek(0)
@@ -172,8 +248,40 @@ def parse(path: str, display: str, full: bool = False) -> Facts:
     except OSError as exc:
         raise InputError(display, f"cannot read: {exc.strerror.lower() if exc.strerror else exc}") from None
     reader.finish()
-    _remember(id(facts), (facts, reader.topology))
+    facts.comm_views.extend(reader.views)  # they travel with the facts, from worker processes too
+    _remember(id(facts), (facts, reader.topology, reader.views))
+    _remember_views((os.path.realpath(path), size, stat.st_mtime_ns, bool(full), display), reader.views)
     return facts
+
+
+def communicators(source, display: str | None = None, full: bool = False,
+                  parse_missing: bool = True) -> "tuple[CommView, ...] | None":
+    """Each process's view of each communicator it called on, for a parsed
+    file (see `CommView`).
+
+    `source` is the Facts `parse` returned (in this process), or a path:
+    a file this process parsed (same `display` and `full`, unchanged since)
+    is answered from memory; any other is parsed now, or, when
+    `parse_missing` is False, answered with None (files parsed by worker
+    processes are not in this process's memory).
+    """
+    if isinstance(source, Facts):
+        cached = _TOPOLOGY.get(id(source))
+        if cached is not None and cached[0] is source:
+            return cached[2]
+        raise LookupError(f"{source.path}: no NCCL communicators for these facts (parsed in another "
+                          "process?); call communicators() with the file's path")
+    path = os.fspath(source)
+    display = path if display is None else display
+    try:
+        stat = os.stat(path)
+    except OSError as exc:
+        raise InputError(display, f"cannot read: {exc.strerror.lower() if exc.strerror else exc}") from None
+    views = _VIEWS.get((os.path.realpath(path), stat.st_size, stat.st_mtime_ns, bool(full), display))
+    if views is None and parse_missing:
+        facts = parse(path, display, full=full)
+        views = _TOPOLOGY[id(facts)][2]
+    return views
 
 
 def topology(source) -> dict:
@@ -224,6 +332,19 @@ def _remember(key, entry: tuple) -> None:
     _TOPOLOGY[key] = entry
     while len(_TOPOLOGY) > _TOPOLOGY_KEEP:
         _TOPOLOGY.popitem(last=False)
+
+
+# The communicator views of the last files parsed, by (real path, size,
+# mtime, full, display): what `communicators(path)` answers without parsing.
+_VIEWS: "collections.OrderedDict" = collections.OrderedDict()
+_VIEWS_KEEP = 256
+
+
+def _remember_views(key: tuple, views: tuple) -> None:
+    _VIEWS[key] = views
+    _VIEWS.move_to_end(key)
+    while len(_VIEWS) > _VIEWS_KEEP:
+        _VIEWS.popitem(last=False)
 
 
 # ------------------------------------------------------------------ sources
@@ -676,7 +797,8 @@ class _Records:
         return _Record("comm_event", fields)
 
     def comm_summary(self, c):
-        return _Record("comm_summary", {"comm": c[0], "rank": _val(c[1]), "nranks": _val(c[3])})
+        return _Record("comm_summary", {"comm": c[0], "rank": _val(c[1]), "nranks": _val(c[3]),
+                                        "nodes": _val(c[4]), "local_ranks": _val(c[5])})
 
     # -- topology
 
@@ -685,7 +807,8 @@ class _Records:
 
     def channel_ring(self, c):
         ranks = tuple(_val(item) for item in c[1:] if getattr(item, "type", "") == "M")
-        return _Record("ring_dump", {"channel": _val(c[0]), "ranks": ranks,
+        count = next((item.values[0] for item in c[1:2] if isinstance(item, _Tag)), None)
+        return _Record("ring_dump", {"channel": _val(c[0]), "ranks": ranks, "channels": count,
                                      "cut": "..." if getattr(c[-1], "type", "") == "ELLIPSIS" else ""})
 
     def ring(self, c):
@@ -995,7 +1118,7 @@ class _Proc:
         self.pid = int(pid)
         self.first = first
         self.rank = self.local = self.rank_evidence = None
-        self.recent: collections.deque = collections.deque(maxlen=RECENT_OPS)
+        self.recent: collections.deque = collections.deque(maxlen=COMM_WINDOW)
         self.older: list = []           # calls found going backwards (tail mode)
         self.by_comm: dict = {}         # pointer as printed → newest call (line, text, layout)
         self.inits: dict = {}           # pointer → (line, evidence) of its newest init line
@@ -1028,6 +1151,10 @@ class _Reader:
         self.tid_events: dict[tuple, list] = {}   # (process, tid) → [(line, pointer, phase)]
         self.topo_items: list[tuple] = []
         self.topology: dict = {}
+        self.summaries: list[tuple] = []          # (process, pointer, line, rank, nNodes, localRanks, evidence)
+        self.member_topo: dict[tuple, dict] = {}  # (process, group) → what its topology lines say of it
+        self.parsed: dict[int, tuple] = {}        # id(call) → (call, its fields or None)
+        self.views: tuple = ()
 
     # -- lines
 
@@ -1094,6 +1221,8 @@ class _Reader:
         rule, record = read.rule, read.record
         if rule is None:
             return
+        if rule in _STATED_RULES:
+            self._stated(proc, number, seg)
         if record is None:
             if rule == "warn_line":
                 self._warn(proc, number, seg, read.tid, "warn", {})
@@ -1109,6 +1238,9 @@ class _Reader:
                 self._comm_event(proc, number, seg, read.tid, fields)
             elif kind == "comm_summary":
                 self._tid_event(proc.key, read.tid, number, fields["comm"].lower(), "summary")
+                self.summaries.append((proc.key, fields["comm"].lower(), number, int(fields["rank"]),
+                                       int(fields["nodes"]), int(fields["local_ranks"]),
+                                       Evidence(self.display, self.out(number), _text(seg))))
             elif kind in ("ring_dump", "ring", "link", "trees"):
                 self._topology_line(proc, number, seg, read.tid, kind, fields)
             elif kind == "version":
@@ -1205,7 +1337,8 @@ class _Reader:
 
     def _topology_line(self, proc: _Proc, number: int, seg: bytes, tid: int, kind: str, f: dict) -> None:
         if kind == "ring_dump":
-            data = (int(f["channel"]), tuple(int(r) for r in f["ranks"]), bool(f["cut"]))
+            data = (int(f["channel"]), tuple(int(r) for r in f["ranks"]), bool(f["cut"]),
+                    int(f["channels"]) if f["channels"] is not None else None)
         elif kind == "ring":
             data = (int(f["channel"]), int(f["prev"]), int(f["me"]), int(f["next"]))
         elif kind == "link":
@@ -1217,8 +1350,18 @@ class _Reader:
         context = None
         if newest is not None and newest[0] < number:
             context = (newest[0], newest[1][newest[2].comm].decode("ascii", "replace").lower())
-        text = _text(seg) if kind in ("ring_dump", "ring") else ""
+        text = _text(seg) if kind in ("ring_dump", "ring", "trees") else ""
         self.topo_items.append((proc.key, tid, number, context, kind, data, text))
+
+    def _stated(self, proc: _Proc, number: int, seg: bytes) -> None:
+        """What the message catalogue recognizes in a WARN or identity line."""
+        if len(self.facts.messages) >= MAX_STATED:
+            return
+        text = _text(seg)
+        for entry, found in messages.catalogue().match(text):
+            self.facts.messages.append(MessageHit(entry.id, tuple(sorted(found.items())),
+                                                  Evidence(self.display, self.out(number), text),
+                                                  proc.rank, proc.host, proc.pid, proc.local))
 
     def _warn(self, proc: _Proc, number: int, seg: bytes, tid: int, kind: str, f: dict) -> None:
         ranks: tuple = ()
@@ -1341,6 +1484,7 @@ class _Reader:
         for proc in sorted(self.procs.values(), key=lambda p: (p.first.line < 0, p.first.line)):
             facts.records.append(self._record_of(proc, global_rank, by_ip, sizes, world))
         self.topology = self._build_topology()
+        self.views = self._build_views(global_rank)
         self._notes()
         facts.unrecognized = self.bad
 
@@ -1352,7 +1496,7 @@ class _Reader:
                 converted[id(call)] = self._op(proc, call)
             return converted[id(call)]
 
-        calls = list(proc.recent)
+        calls = list(proc.recent)[-RECENT_OPS:]
         if self.tail_first:  # tail mode: the calls in the tail, else the newest found going back
             in_tail = [call for call in calls if call[0] >= self.tail_first]
             calls = in_tail or sorted(proc.older, key=lambda call: call[0])[-RECENT_OPS:] or calls
@@ -1390,31 +1534,52 @@ class _Reader:
             progress=progress, errors=tuple(e.evidence for e in errors),
             peers_in_errors=tuple(sorted(peers)), evidence=proc.first)
 
-    def _op(self, proc: _Proc, call: tuple) -> CommOp | None:
+    def _read(self, call: tuple) -> tuple | None:
+        """(op name, opCount, count, datatype, redop, root, nranks, pointer) of
+        a COLL line, read once (a call is kept in several places); None, and
+        one diagnostic, when a number does not read."""
+        known = self.parsed.get(id(call))
+        if known is not None:
+            return known[1]
         number, line, layout = call
         f = _fields(layout.record, [line[s].decode("ascii", "replace") for s in layout.spans])
         try:
-            seq, count = int(f["opcount"], 16), int(f["count"])
-            dtype, root = int(f["datatype"]), int(f["root"])
+            read = (f["op"], int(f["opcount"], 16), int(f["count"]), int(f["datatype"]), int(f["redop"]),
+                    int(f["root"]), int(f["nranks"]), f["comm"].lower())
         except ValueError:
             self._bad(number, line, "unreadable COLL line")
+            read = None
+        self.parsed[id(call)] = (call, read)
+        return read
+
+    def _op(self, proc: _Proc, call: tuple) -> CommOp | None:
+        read = self._read(call)
+        if read is None:
             return None
-        name = normalize_op(f["op"])
-        return CommOp(op=name, group=self._group_at(proc.key, f["comm"].lower(), number)[0], seq=seq,
+        number, line = call[0], call[1]
+        op, seq, count, dtype, _, root, _, pointer = read
+        name = normalize_op(op)
+        return CommOp(op=name, group=self._group_at(proc.key, pointer, number)[0], seq=seq,
                       state="scheduled", peers=(root,) if name in ("send", "recv") else (),
                       sizes=((count,),), dtype=_dtype(dtype),
                       evidence=Evidence(self.display, self.out(number), _text(line)))
 
-    def _topology_comm(self, key: bytes, tid: int, number: int, context) -> str | None:
-        """The pointer of the communicator a topology line belongs to (see the module docs)."""
+    def _topology_comm(self, key: bytes, tid: int, number: int, context, init_time: bool) -> str | None:
+        """The pointer of the communicator a topology line belongs to (see the
+        module docs). Rings and trees are printed while a communicator is
+        initialised, never lazily: before 2.18.3 (no Init START) the next
+        Init COMPLETE on the thread names theirs, even after calls on another."""
         events = self.tid_events.get((key, tid), [])
         index = bisect.bisect_right(events, number, key=lambda event: event[0])
         before = events[index - 1] if index else None
         if before is not None and before[2] in ("START", "summary"):
             return before[1]
+        completes = index < len(events) and events[index][2] == "COMPLETE"
+        if completes and init_time:
+            return events[index][1]
         if context is not None and (before is None or context[0] > before[0]):
             return context[1]
-        if index < len(events) and events[index][2] == "COMPLETE":
+        if completes:
             return events[index][1]
         inited = {ptr for line, ptr in self._inits_of(key) if line < number}
         return inited.pop() if len(inited) == 1 else None
@@ -1428,13 +1593,15 @@ class _Reader:
         lost = 0
         cited: dict[tuple, Evidence] = {}   # (group, channel) → the first line that shows its ring
         for key, tid, number, context, kind, data, text in self.topo_items:
-            ptr = self._topology_comm(key, tid, number, context)
+            ptr = self._topology_comm(key, tid, number, context, kind != "link")
             if ptr is None:
                 lost += 1
                 continue
             group = self._group_at(key, ptr, number)[0]
-            if text and (group, data[0]) not in cited:
-                cited[(group, data[0])] = Evidence(self.display, self.out(number), text)
+            evidence = Evidence(self.display, self.out(number), text) if text else None
+            if evidence is not None and kind != "trees" and (group, data[0]) not in cited:
+                cited[(group, data[0])] = evidence
+            self._member_topology(key, group, kind, data, evidence)
             comm = topo.setdefault(group, {"nranks": None, "rings": {}, "ring_neighbours": {},
                                            "channel_neighbours": {}, "trees": {}, "links": set()})
             if kind == "ring_dump":
@@ -1460,6 +1627,85 @@ class _Reader:
                 for channel, ring in comm["rings"].items():
                     self.facts.rings.append((group, channel, tuple(ring), cited.get((group, channel))))
         return topo
+
+    def _member_topology(self, key: bytes, group: str, kind: str, data: tuple, evidence: Evidence | None) -> None:
+        """What one process's topology lines say of its place in a
+        communicator: its rank there (Trees and Ring lines name it; the
+        `Channel NN/MM :` ring dump is printed by rank 0 only), the channel
+        count, its ring and tree neighbours, and the whole rings."""
+        if kind == "link":
+            return
+        mine = self.member_topo.setdefault((key, group), {"ranks": set(), "channels": None, "rings": {},
+                                                          "orders": {}, "trees": {}, "evidence": []})
+        if kind == "ring_dump":
+            channel, order, cut, count = data
+            mine["ranks"].add(0)
+            if not cut and len(order) > 1:
+                mine["orders"].setdefault(channel, order)
+            if count is not None:
+                mine["channels"] = count
+        elif kind == "ring":
+            channel, prev, me, nxt = data
+            mine["ranks"].add(me)
+            mine["rings"].setdefault(channel, (prev, nxt))
+        else:
+            for channel, down0, down1, down2, me, up in data:
+                mine["ranks"].add(me)
+                mine["trees"].setdefault(channel, (up, tuple(d for d in (down0, down1, down2) if d >= 0)))
+        if evidence is not None and len(mine["evidence"]) < 3:
+            mine["evidence"].append(evidence)
+
+    def _build_views(self, global_rank) -> tuple:
+        """Each process's view of each communicator it called on (see `CommView`)."""
+        inits = {(init.key, init.group): init for init in self.inits}
+        summaries = {}
+        for key, ptr, number, rank, nodes, local_ranks, evidence in self.summaries:
+            summaries[(key, self._group_at(key, ptr, number)[0])] = (rank, nodes, local_ranks, evidence)
+        views = []
+        for proc in self.procs.values():
+            # Its newest calls; in tail mode also those found going backwards.
+            kept = sorted({id(call): call for call in list(proc.older) + list(proc.recent)}.values(),
+                          key=lambda call: call[0])
+            cut = bool(self.tail_first) or len(proc.recent) == COMM_WINDOW
+            by_group: dict[tuple, list] = {}
+            for call in kept:
+                read = self._read(call)
+                if read is None:
+                    continue
+                op, opcount, count, dtype, redop, root, nranks, pointer = read
+                group = self._group_at(proc.key, pointer, call[0])[0]
+                by_group.setdefault((pointer, group), []).append(
+                    (nranks, NcclCall(opcount, op, count, dtype, redop, root,
+                                      Evidence(self.display, self.out(call[0]), _text(call[1])))))
+            for (pointer, group), calls in by_group.items():
+                views.append(self._view(proc, pointer, group, calls, global_rank(proc.key),
+                                        inits.get((proc.key, group)), summaries.get((proc.key, group)), cut))
+        return tuple(views)
+
+    def _view(self, proc: _Proc, pointer: str, group: str, calls: list, rank, init, summary, cut: bool):
+        topo = self.member_topo.get((proc.key, group), {})
+        comm_rank, comm_rank_evidence = None, None
+        claimed = topo.get("ranks", set())
+        evidence = tuple(topo.get("evidence", ()))
+        if init is not None:
+            comm_rank, comm_rank_evidence = init.rank, init.evidence
+        elif summary is not None:
+            comm_rank, comm_rank_evidence = summary[0], summary[3]
+        elif len(claimed) == 1:
+            comm_rank, comm_rank_evidence = next(iter(claimed)), evidence[0] if evidence else None
+        trees = topo.get("trees", {})
+        rings = topo.get("rings", {})
+        channels = topo.get("channels") or (len(trees) or None)
+        return CommView(
+            path=self.display, host=proc.host, pid=proc.pid, rank=rank, pointer=pointer, group=group,
+            nranks=calls[-1][0], calls=tuple(call for _, call in calls), cut=cut, comm_rank=comm_rank,
+            comm_rank_evidence=comm_rank_evidence, channels=channels,
+            rings=tuple((c, prev, nxt) for c, (prev, nxt) in sorted(rings.items())),
+            ring_orders=tuple(sorted(topo.get("orders", {}).items())),
+            trees=tuple((c, up, downs) for c, (up, downs) in sorted(trees.items())),
+            nodes=summary[1] if summary is not None else None,
+            local_ranks=summary[2] if summary is not None else None,
+            topology_evidence=evidence, process_evidence=proc.first)
 
     def _notes(self) -> None:
         facts = self.facts

@@ -72,7 +72,9 @@ def state_from_records(rank: int, records: list[ProcessRecord], existing: m.Rank
             progress[group] = _max_progress(progress.get(group), counters)
     events = tuple(e for r in records for e in r.errors)
     history = _history(claims, groups)
-    died = next((r for r in records if r.alive is False), None)
+    # The record that says how it ended (a launcher's exit code or signal) over one that only says it did.
+    died = next((r for r in records if r.alive is False and (r.exit_code is not None or r.signal)),
+                next((r for r in records if r.alive is False), None))
     pid = next((r.pid for r in records if r.pid is not None), None)
     host = next((r.host for r in records if r.host), "")
     identity = next((r.evidence for r in claims if r.evidence is not None), None)
@@ -80,15 +82,16 @@ def state_from_records(rank: int, records: list[ProcessRecord], existing: m.Rank
     if existing is None or existing.activity == m.UNKNOWN:
         activity, current = m.UNKNOWN, None
         if last is not None and last.state != "completed":
-            activity, current = m.BLOCKED, last
-        alive = None
+            activity, current = m.BLOCKED, _unidentified(last)
+        alive = ending = None
         if died is not None:
-            activity, alive = m.EXITED, False
+            ending = _ending(died, activity, current, _why(last, None))
+            activity, alive, current = m.EXITED, False, None
         why = _why(last, died)
         return m.RankState(rank=rank, host=host, pid=pid, alive=alive, activity=activity,
                            current_op=current, progress=progress, log_events=events, history=history,
                            evidence=(last.evidence if last is not None and last.evidence else identity),
-                           why=why)
+                           why=why, ending=ending)
 
     updates = {"progress": progress, "log_events": existing.log_events + events,
                "history": existing.history + history}
@@ -99,13 +102,20 @@ def state_from_records(rank: int, records: list[ProcessRecord], existing: m.Rank
     current = existing.current_op
     if current is not None and last is not None and _same_call(current, last):
         # The dump says where it is; the log says which group and which seq.
-        updates["current_op"] = replace(current, group=current.group or last.group,
-                                        seq=current.seq if current.seq is not None else last.seq,
-                                        sizes=current.sizes or last.sizes, dtype=current.dtype or last.dtype,
-                                        timeout_ms=current.timeout_ms or last.timeout_ms,
-                                        elapsed_ms=current.elapsed_ms or last.elapsed_ms)
-    if died is not None and existing.alive is not True:
-        updates.update(alive=False, activity=m.EXITED, current_op=None, why=_why(last, died))
+        updates["current_op"] = _joined(current, last)
+    known = existing.ending
+    if known is not None and known.position is not None and last is not None and _same_call(known.position, last):
+        # a stack at the end says where; the log, which group and which seq
+        updates["ending"] = replace(known, position=_joined(known.position, last))
+    if died is not None:  # a stack dump taken earlier shows where it was; the launcher, that it ended after
+        before = updates.get("current_op", existing.current_op)
+        ending = _ending(died, existing.activity, before, existing.why)
+        known = updates.get("ending", existing.ending)
+        if known is not None:  # a stack dump taken as it ended knows where it was
+            ending = replace(ending, signal=ending.signal or known.signal, position=ending.position or known.position,
+                             activity=known.activity if ending.activity == m.UNKNOWN else ending.activity,
+                             why=known.why or ending.why)
+        updates.update(alive=False, activity=m.EXITED, current_op=None, why=_why(last, died), ending=ending)
     return replace(existing, **updates)
 
 
@@ -119,8 +129,17 @@ def _history(records: list[ProcessRecord], groups) -> tuple[m.CommOp, ...]:
             if key in seen:
                 continue
             seen.add(key)
-            out.append(global_peers(op, groups))
+            out.append(_unidentified(global_peers(op, groups)))
     return tuple(out)
+
+
+def _unidentified(op: m.CommOp) -> m.CommOp:
+    """An NCCL communicator known only by one process's pointer (no init
+    line with a commId) has members nobody can name from the log: its calls
+    go on an unidentified group (`?nccl-comm:<host>:<pid>:<pointer>`), so
+    no rule takes them for calls on the world that nobody else joined.
+    rules/nccl_same_comm.py tells which of them are one communicator."""
+    return replace(op, group=m.UNIDENTIFIED_GROUP + op.group) if op.group.startswith("nccl-comm:") else op
 
 
 def _same_call(a: m.CommOp, b: m.CommOp) -> bool:
@@ -142,6 +161,22 @@ def _max_progress(a: GroupProgress | None, b: GroupProgress) -> GroupProgress:
         return y if x is None else x if y is None else max(x, y)
     return GroupProgress(top(a.enqueued, b.enqueued), top(a.started, b.started),
                          top(a.completed, b.completed), b.evidence or a.evidence)
+
+
+def _joined(current: m.CommOp, last: m.CommOp) -> m.CommOp:
+    """The call a dump shows, with what the log says of the same call."""
+    return replace(current, group=current.group or _unidentified(last).group,
+                   seq=current.seq if current.seq is not None else last.seq,
+                   sizes=current.sizes or last.sizes, dtype=current.dtype or last.dtype,
+                   timeout_ms=current.timeout_ms or last.timeout_ms,
+                   elapsed_ms=current.elapsed_ms or last.elapsed_ms)
+
+
+def _ending(died: ProcessRecord, activity: str, position: m.CommOp | None, why: str = "") -> m.Ending:
+    """The end a record states, with where the rank was until then (for
+    telling a death that caused the hang from one that followed it)."""
+    return m.Ending(died.exit_code, died.signal, died.evidence,
+                    activity if activity != m.EXITED else m.UNKNOWN, position, why)
 
 
 def _why(last: m.CommOp | None, died: ProcessRecord | None) -> str:

@@ -14,8 +14,11 @@ the file's name. What the lines mean is decided by rules (rules/stated_cause.py)
 
 from __future__ import annotations
 
+import re
+
 from .. import messages
 from ..model import Evidence, MessageHit
+from .attribution import STRONG, path_rank
 from .facts import Facts
 from . import nccl, torchlog
 from .nccl import _PREFIX as _NCCL_PREFIX
@@ -51,6 +54,8 @@ def parse(artifact) -> Facts:
                       f"{TAIL_WINDOW >> 20} MiB were; lines of the last are numbered back from the end, "
                       f"-1 being the last line)", "info")
     cat = messages.catalogue()
+    labels = _labels_are_ranks(windows[0][0])
+    in_path = path_rank(artifact.display)
     kept: dict[str, list[MessageHit]] = {}
     dropped: dict[str, int] = {}
     lines = 0
@@ -62,9 +67,9 @@ def parse(artifact) -> Facts:
             continue
         if "\x1b" in line:
             line = _ANSI.sub("", line)
-        rank, local_rank, host, pid, body = _prefixes(line)
-        if rank is None and local_rank is None:
-            rank = artifact.rank_hint
+        rank, local_rank, host, pid, body = _prefixes(line, labels)
+        if rank is None and local_rank is None and in_path is not None and (in_path.strength == STRONG or pid is None):
+            rank = in_path.rank  # a weak trailing number yields to the line's pid (a pid map places it)
         for entry, found in cat.match(body):
             hit = MessageHit(entry.id, tuple(sorted(found.items())), Evidence(artifact.display, number, line.strip()[:2000]),
                              rank, host, pid, local_rank)
@@ -105,12 +110,31 @@ def _read(path: str, display: str) -> tuple[list[tuple[str, int | None]], int]:
             size - len(head) - len(tail))
 
 
-def _prefixes(line: str) -> tuple[int | None, int | None, str, int | None, str]:
+def _labels_are_ranks(text: str) -> bool:
+    """Whether the file is `srun --label` output whose labels are global
+    ranks (SLURM_PROCID): consistent labels (torchlog.labelled) and none
+    on a launcher's line (`[defaultN]:` workers, torchelastic's logging)."""
+    head = text[:1 << 16].split("\n", torchlog.LABEL_HEAD_LINES)[:torchlog.LABEL_HEAD_LINES]
+    if not torchlog.labelled([line.encode("utf-8", "replace") for line in head]):
+        return False
+    return not any(_LAUNCHED.match(line) for line in head)
+
+
+_LAUNCHED = re.compile(r" *\d{1,6}: (?:\[default\d+\]:|.*\btorch\.distributed\.(?:elastic|run|launch))")
+
+
+def _prefixes(line: str, labels: bool = False) -> tuple[int | None, int | None, str, int | None, str]:
     """(global rank, local rank, host, pid, the rest) from a line's outer
-    launcher prefixes and NCCL's `host:pid:tid [dev]` prefix."""
-    rank = local_rank = pid = None
+    launcher prefixes and NCCL's `host:pid:tid [dev]` prefix. With
+    `labels`, a leading srun label (`12: `) is global rank 12 unless a
+    `[rankN]:` follows it."""
+    rank = local_rank = pid = label = None
     host = ""
     position = 0
+    if labels:
+        found = torchlog._LABEL.match(line)
+        if found is not None:
+            label, position = int(found.group(1)), found.end()
     while True:
         found = _OUTER.match(line, position)
         if found is None:
@@ -122,6 +146,8 @@ def _prefixes(line: str) -> tuple[int | None, int | None, str, int | None, str]:
         elif found["pid"] is not None:
             pid = int(found["pid"])
         position = found.end()
+    if rank is None and local_rank is None and label is not None:
+        rank = label
     body = line[position:]
     if "NCCL " in body:
         nccl = _NCCL_PREFIX.match(body.lstrip().encode("utf-8", "replace")[:2048])

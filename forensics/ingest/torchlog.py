@@ -21,8 +21,11 @@ prefix, a Python traceback, a `terminate called` block or one entry of the
 launcher's failure summary, with the lines that continue it (C++ `frame #N:`
 lines, the desync report's tab-indented lines, `what():`, hard-wrapped
 remainders). Launcher prefixes (`[rank3]:`, `[default3]:`, Ray's
-`(WorkerDict pid=…)`) say which process a line belongs to; records of
-different processes may interleave. Each record is masked (every number
+`(WorkerDict pid=…)`, srun's `--label` `3: `) say which process a line
+belongs to; records of different processes may interleave. A merged log
+comes apart per rank (`_Reader._resolve`): `[defaultN]:` through the
+agent's rendezvous result (`global_ranks`), srun labels when consistent,
+and unprefixed c10d lines by the rank their own prefix states. Each record is masked (every number
 becomes `0`) and each distinct masked record is parsed once by
 grammars/torch_log.lark; the parse says where the values sit and they are
 read back from the record's own text. Memory stays flat: only open records,
@@ -57,6 +60,7 @@ What goes where, for the merger:
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 from collections import deque
 from dataclasses import replace
@@ -96,7 +100,7 @@ MAX_GLUED = 8                # log lines looked for inside one line of other out
 
 _ANSI_PATTERN = r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]"  # CSI sequences (colours, tqdm's cursor moves)
 _ANSI_BYTES = re.compile(_ANSI_PATTERN.encode())
-_OUTER_BYTES = rb"(?:\[(?:rank|default)\d+\]:|\([^()\n]*pid=\d+[^()\n]*\) ?)*"
+_OUTER_BYTES = rb"(?: *\d{1,6}: )?(?:\[(?:rank|default)\d+\]:|\([^()\n]*pid=\d+[^()\n]*\) ?)*"
 _SNIFF = re.compile(
     rb"\[[FEWIV]\d{3,4} \d\d:\d\d:\d\d\.\d{6,9} [\w.\-]+\.(?:cpp|cc|h|hpp|cu|cxx):\d+\] "
     rb"|^" + _OUTER_BYTES + rb"\[[FEWIV] [\w\-]+\.(?:cpp|cc|h|hpp|cu|cxx):\d+\] "
@@ -139,7 +143,10 @@ def sniff(path: str, head: bytes) -> bool:
 def _crash_report(head: bytes) -> bool:
     """A rank's stderr when it died: a Python traceback through
     torch.distributed (the exception c10d raised), or a C++ exception from
-    Gloo or c10 that terminated the process."""
+    Gloo or c10 that terminated the process. (A JSON document quoting one,
+    torchelastic's error.json, is the elastic_error reader's.)"""
+    if head.lstrip()[:1] == b"{":
+        return False
     return ((b"Traceback (most recent call last):" in head
              and (b"torch/distributed/distributed_c10d.py" in head or b"torch/distributed/c10d_logger.py" in head))
             or b"terminate called after throwing an instance of 'gloo::" in head
@@ -148,8 +155,10 @@ def _crash_report(head: bytes) -> bool:
 
 def parse(path: str, display: str) -> Facts:
     facts = Facts(KIND, display)
-    reader = _Reader(facts, display)
-    for line_no, data in _lines(path, display, facts):
+    lines = _lines(path, display, facts)
+    head = list(itertools.islice(lines, LABEL_HEAD_LINES))
+    reader = _Reader(facts, display, labelled=labelled([data for _, data in head if data is not None]))
+    for line_no, data in itertools.chain(head, lines):
         reader.feed(line_no, data)
     if not reader.seen_text:
         raise InputError(display, "empty file")
@@ -618,7 +627,8 @@ def _specific(template) -> int:
 _ANSI = re.compile(_ANSI_PATTERN)
 _OUTER = re.compile(r"\[rank(?P<rank>\d{1,7})\]:|\[default(?P<local>\d{1,7})\]:"
                     r"|\((?:[A-Za-z_][\w.:\-]*\s+)?pid=(?P<pid>\d{1,10})(?:,\s*ip=(?P<ip>[^)\s]+))?\)\s?")
-_GLUED = re.compile(r"\[(?:rank|default)\d{1,7}\]:|\[[FEWIV]\d{3,4} \d\d:\d\d:\d\d\.\d{6,9} ")
+_GLUED = re.compile(r"\[(?:rank|default)\d{1,7}\]:|\[[FEWIV]\d{3,4} \d\d:\d\d:\d\d\.\d{6,9} "
+                    r"|\[[FEWIV] [\w\-]+\.(?:cpp|cc|cu|cxx):\d+\] \[(?:Rank \d|PG )")  # <= 2.2: no time
 _HEAD = re.compile(r"""
   (?P<c10>\[[FEWIV](?:\d{1,4}\ \d\d:\d\d:\d\d\.\d+)?\ [^\]\s]+:\d+\])
 | (?P<log>[FEWIV]\d{4}\ \d\d:\d\d:\d\d\.\d+\ +\d+\ [^\]\s]+:\d+\]
@@ -650,13 +660,57 @@ FILE = ("file",)
 AGENT = ("agent",)
 SUMMARY = ("summary",)
 
+# -- who printed a line: launcher labels, old c10d rank prefixes, the launcher's rank assignment
+
+LABEL_HEAD_LINES = 200  # lines read before deciding whether a file is `srun --label` output
+_LABEL = re.compile(r" *(\d{1,6}): ")  # srun --label: `%0*d: ` (older Slurm) or space-padded
+_LABEL_BYTES = re.compile(rb" *\d{1,6}: ")
+_SLURM_OWN = (b"srun: ", b"slurmstepd: ", b"slurmstepd-")
+# A c10 line's own rank: `[Rank N]` (WorkNCCL's prefix, <= 2.2: group-local, the
+# global rank in the default group) or a PG prefix naming its group.
+_OWN_RANK = re.compile(
+    r"(?:\[[FEWIV][^\]\n]{0,80}\]|[FEWIV]\d{4} [\d:.]+ +\d+ [^\]\s]+:\d+\]) +"
+    r"\[(?:Rank (?P<rank>\d{1,7})|PG (?:ID \d+ PG GUID )?(?P<guid>[^\s()\]]+)(?: ?\([^)\]\n]*\))? "
+    r"Rank (?P<pg_rank>\d{1,7}))\] ")
+# torchelastic's rendezvous result (api.py `_rendezvous`, one field a line in
+# every version), its launch configs, and the world size c10d states.
+_LAUNCH_HINT = re.compile(r"_ranks=|group_rank=|world_sizes?=|restart_count=|WORLD_SIZE|"
+                          r"initialization options: size|nproc_per_node|_nodes\s*:|joined round")
+_AGENT_FIELD = re.compile(r"\b(restart_count|group_rank|group_world_size|local_ranks|global_ranks|"
+                          r"global_world_sizes)=(\[[\d,\s]*\]|\d+)")
+_LAUNCH_FIELD = re.compile(r"\b(nproc_per_node|min_nodes|max_nodes)\s*:\s*(\d{1,7})\s*$")
+_INIT_SIZE = re.compile(r"initialization options: size: (\d{1,7}), global rank: \d+.*?PG Name: (\S+?),?(?:\s|$)")
+_JOINED = re.compile(r"has joined round \d+ of the rendezvous '[^'\n]*' as rank (\d{1,7}) in a world of size")
+_WORLD_ENV = re.compile(r"\bWORLD_SIZE\s*[=:]\s*['\"]?(\d{1,7})\b")
+
+
+def labelled(lines: list[bytes]) -> bool:
+    """Whether a file's head is `srun --label` output: from its first
+    labelled line on, every line carries a label (Slurm's own `srun:` and
+    `slurmstepd:` lines aside; lines before it are the batch script's), and
+    at least two do. Then `12: text` is task 12's line."""
+    count = 0
+    for data in lines:
+        text = data.rstrip(b"\r\n")
+        if not text.strip():
+            continue
+        if _LABEL_BYTES.match(text):
+            count += 1
+        elif count and not text.startswith(_SLURM_OWN):
+            return False
+    return count >= 2
+
+
+def _numbers(text: str) -> list[int]:
+    return [int(n) for n in re.findall(r"\d+", text)]
+
 
 class _Pending:
     """A record being assembled: its lines (body text, full text for
     evidence, physical line number)."""
 
     __slots__ = ("kind", "key", "bodies", "fulls", "numbers", "last_len", "last_line",
-                 "tb_done", "expect_more", "dropped", "size")
+                 "tb_done", "expect_more", "dropped", "size", "label")
 
     def __init__(self, kind, key, line_no, full, body):
         self.kind, self.key = kind, key
@@ -667,6 +721,7 @@ class _Pending:
         self.expect_more = kind in ("c10", "exc", "term") and body.rstrip().endswith(":")
         self.dropped = 0
         self.size = len(body)
+        self.label: int | None = None  # the srun task that printed it
 
     def add(self, line_no, full, body) -> None:
         self.last_len, self.last_line = len(full), line_no
@@ -839,6 +894,7 @@ class _Proc:
                 mine[group] = progress
         for evidence in other.errors:
             self.error(evidence)
+        self.errors.sort(key=lambda evidence: evidence.line)  # one file's lines, in its order
         for rank in other.peers:
             self.peer(rank)
         self.stuck.extend(other.stuck)
@@ -912,8 +968,24 @@ _ERROR_EVENTS = frozenset({
 # ---------------------------------------------------------------- the reader
 
 class _Reader:
-    def __init__(self, facts: Facts, display: str):
+    def __init__(self, facts: Facts, display: str, labelled: bool = False):
         self.facts, self.display = facts, display
+        # Who printed what: srun labels, the c10d lines' own ranks, the
+        # launcher's rank assignment and world size (see _resolve).
+        self.labelled = labelled
+        self.label: int | None = None       # the current line's srun label
+        self.last_of: dict[int | None, _Pending] = {}  # a label's most recent record (None: unlabelled lines)
+        self.label_ranks: dict[int, set[int]] = {}  # label → `[rankN]:` seen under it
+        self.launcher_labels: set[int] = set()  # labels whose lines show a launcher: not ranks
+        self.default_ranks: set[int] = set()  # ranks a default-group PG prefix states
+        self.rendezvous: dict = {}  # stream (label or None) → {restart: {group_rank: {local: global}}}
+        self.block: dict = {}       # stream → the rendezvous result being read
+        self.launch: dict = {}      # stream → launch config fields
+        self.node_rank: dict = {}   # stream → the group ranks its agent states (one, unless merged)
+        self.local_size: dict = {}  # stream → its nproc_per_node
+        self.worlds: list[tuple[int, int, str]] = []  # (world size, line, what states it)
+        self.hit_keys: list[tuple] = []  # (index in facts.messages, record key): a hit's rank once known
+        self.owner: dict[tuple, tuple] = {}
         self.open: dict[tuple, _Pending] = {}
         self.last: _Pending | None = None
         self.procs: dict[tuple, _Proc] = {}
@@ -950,10 +1022,14 @@ class _Reader:
 
     def _piece(self, line_no: int, full: str) -> None:
         full, body, kind, key = self._split(full)
+        if _LAUNCH_HINT.search(body):
+            self._launcher_line(body, line_no, full)
         same = self.open.get(key)
         # Lines without prefix continue the most recent record (a C++
-        # message's later lines carry no prefix), or the file's own.
-        recent = same if key != FILE else (self.last if self.last is not None else same)
+        # message's later lines carry no prefix), or the file's own; under
+        # an srun label, that label's most recent record.
+        stream_last = self._stream_last(key)
+        recent = stream_last if stream_last is not None else same
         blank = not body.strip()
         awaiting = same is not None and same.kind == "tb" and not same.tb_done
         if (kind in (None, "indent") and not blank and recent is not None
@@ -961,7 +1037,7 @@ class _Reader:
             self._join(recent, line_no, full, body)
         elif recent is not None and recent.expect_more and kind not in _NEW_RECORD and not blank:
             self._extend(recent, line_no, full, body)
-        elif (same is None and key == FILE and kind is None and not blank and recent is not None
+        elif (same is None and (key == FILE or key[0] == "task") and kind is None and not blank and recent is not None
               and recent.kind == "tb" and not recent.tb_done and recent.last_line == line_no - 1
               and not _EXCEPTION_LINE.match(body)):
             self._join(recent, line_no, full, body)  # a wrapped frame line whose rest lost the prefix
@@ -994,6 +1070,12 @@ class _Reader:
         """A line's launcher prefixes, its body and what the body starts
         with; a log line glued to another program's text (a tqdm bar) is
         cut out of it (a few times per line: junk full of prefixes costs no more)."""
+        label, lead = None, ""
+        if self.labelled:
+            found = _LABEL.match(full)
+            if found is not None:
+                label, lead, full = int(found.group(1)), full[:found.end()], full[found.end():]
+        self.label = label
         for attempt in range(MAX_GLUED):
             pos, rank, local, pid, host, after_rank = 0, None, None, None, "", False
             while True:
@@ -1016,26 +1098,52 @@ class _Reader:
             if glued is None:
                 break
             full = body[glued.start():]
-        return full, body, kind, self._key(rank, local, pid, host)
+        return lead + full, body, kind, self._key(rank, local, pid, host, label, body if kind == "c10" else "")
+
+    def _stream_last(self, key) -> _Pending | None:
+        """The most recent record of the stream a prefix-less line belongs
+        to: the file's, or its srun label's."""
+        if key == FILE:  # in an srun --label file, the unlabelled lines' own
+            return self.last_of.get(None) if self.labelled else self.last
+        if key[0] == "task":
+            return self.last_of.get(key[1])
+        return None
 
     def _entry(self, key, same):
         """The failure-summary entry an indented line continues, if any."""
-        record = self.last if key == FILE and self.last is not None and self.last.kind == "entry" else same
+        last = self._stream_last(key)
+        record = last if last is not None and last.kind == "entry" else same
         return record if record is not None and record.kind == "entry" else None
 
-    def _key(self, rank, local, pid, host) -> tuple:
+    def _key(self, rank, local, pid, host, label=None, c10_body="") -> tuple:
+        """Which process a line is: its `[rankN]:`, its `[defaultN]:` (on
+        its srun task's node), Ray's pid, its srun label, or — for a c10
+        line with no launcher prefix — the rank its own prefix states
+        (`("wrank", N, label)`, settled in _resolve)."""
         if rank is not None:
             key = ("rank", rank)
+            if label is not None:
+                self.label_ranks.setdefault(label, set()).add(rank)
             if local is not None:
-                self.aliases.setdefault(("local", local), key)
+                self.aliases.setdefault(("local", local) if label is None else ("tasklocal", label, local), key)
             if pid is not None:
                 self.aliases.setdefault(("pid", pid), key)
         elif local is not None:
-            key = ("local", local)
+            key = ("local", local) if label is None else ("tasklocal", label, local)
+            if label is not None:
+                self.launcher_labels.add(label)
         elif pid is not None:
             key = ("pid", pid)
         else:
-            return FILE
+            key = FILE if label is None else ("task", label)
+            own = _OWN_RANK.match(c10_body) if c10_body else None
+            if own is not None:
+                if own.group("rank") is not None:
+                    key = ("wrank", int(own.group("rank")), label)
+                elif own.group("guid") == DEFAULT_GROUP:
+                    key = ("wrank", int(own.group("pg_rank")), label)
+                    self.default_ranks.add(key[1])
+            return key
         if host:
             proc = self._proc(key)
             proc.host = proc.host or host
@@ -1049,29 +1157,41 @@ class _Reader:
         self.widest = max(self.widest, len(full))
         self._close(key)
         record = _Pending(kind, key, line_no, full, body)
+        record.label = self.label
         self.open[key] = record
-        self.last = record
+        self._latest(record)
 
     def _extend(self, record: _Pending, line_no, full, body) -> None:
         self.widest = max(self.widest, len(full))
         record.add(line_no, full, body)
-        self.last = record
+        self._latest(record)
 
     def _join(self, record: _Pending, line_no, full, body) -> None:
         record.join(line_no, full, body)
+        self._latest(record)
+
+    def _latest(self, record: _Pending) -> None:
         self.last = record
+        if self.labelled:
+            self.last_of[self.label] = record
 
     def _other(self, key) -> None:
         """A line of another program: it ends an unprefixed record."""
         if key == FILE:
             self._close(FILE)
             self.last = None
+            self.last_of.pop(None, None)
+        elif key[0] == "task":
+            self._close(key)
+            self.last_of.pop(key[1], None)
 
     def _close(self, key) -> None:
         record = self.open.pop(key, None)
         if record is not None:
             if self.last is record:
                 self.last = None
+            if self.last_of.get(record.label) is record:
+                del self.last_of[record.label]
             self._finish(record)
 
     def _wraps(self, record: _Pending, line_no: int, body: str) -> bool:
@@ -1103,8 +1223,82 @@ class _Reader:
         self.wraps_found += wraps
         return wraps
 
+    # -- the launcher's word on ranks and world size
+    def _launcher_line(self, body: str, line_no: int, full: str) -> None:
+        """torchelastic's rendezvous result (`group_rank=`, `local_ranks=[..]`,
+        `global_ranks=[..]`, `global_world_sizes=[..]`, one field a line),
+        its launch configs (`nproc_per_node`, `min_nodes`, `max_nodes`), a
+        `WORLD_SIZE`, c10d's default-group init line: which global rank a
+        `[defaultN]:` worker of this agent is, and how many ranks there are."""
+        stream = self.label
+        fields = _AGENT_FIELD.findall(body)
+        if fields and stream is not None:
+            self.launcher_labels.add(stream)
+        for name, value in fields:
+            block = self.block.setdefault(stream, {})
+            if name in ("restart_count", "group_rank") and name in block:
+                block = self.block[stream] = {}  # the next rendezvous (a restart)
+            block[name] = _numbers(value) if value.startswith("[") else int(value)
+            if name == "global_ranks" and "local_ranks" in block and len(block["local_ranks"]) == len(block[name]):
+                attempts = self.rendezvous.setdefault(stream, {})
+                assigned = attempts.setdefault(block.get("restart_count", 0), {})
+                assigned[block.get("group_rank")] = dict(zip(block["local_ranks"], block[name]))
+            elif name == "global_world_sizes" and block[name]:
+                self.worlds.append((max(block[name]), line_no, "the launcher's global_world_sizes"))
+            if name == "group_rank":
+                self.node_rank.setdefault(stream, set()).add(block[name])
+            elif name == "local_ranks":
+                self.local_size[stream] = len(block[name])
+        found = _JOINED.search(body)
+        if found is not None:
+            self.node_rank.setdefault(stream, set()).add(int(found.group(1)))
+        found = _LAUNCH_FIELD.search(body)
+        if found is not None:
+            launch = self.launch.setdefault(stream, {})
+            launch[found.group(1)] = int(found.group(2))
+            if found.group(1) == "nproc_per_node":
+                self.local_size[stream] = int(found.group(2))
+            if {"nproc_per_node", "min_nodes", "max_nodes"} <= launch.keys() \
+                    and launch["min_nodes"] == launch["max_nodes"]:
+                size = launch["nproc_per_node"] * launch["max_nodes"]
+                self.worlds.append((size, line_no, "the launcher's nproc_per_node × nodes"))
+                self.launch[stream] = {}
+        found = _INIT_SIZE.search(body)
+        if found is not None and found.group(2) == DEFAULT_GROUP:
+            self.worlds.append((int(found.group(1)), line_no, "c10d's default-group init line"))
+        found = _WORLD_ENV.search(body)
+        if found is not None:
+            self.worlds.append((int(found.group(1)), line_no, "WORLD_SIZE"))
+
+    def _assignment(self, stream) -> dict[int, int] | None:
+        """{local rank: global rank} of the workers of the agent whose lines
+        are `stream` (None: the file's unlabelled lines), from its latest
+        rendezvous; None when unknown or when several agents' results share
+        the stream (two nodes' consoles merged without labels)."""
+        attempts = self.rendezvous.get(stream)
+        if not attempts:
+            # Its group rank (`group_rank=`, or the dynamic rendezvous' "has
+            # joined round R of the rendezvous … as rank G") and its local world
+            # size (`nproc_per_node`): torchelastic numbers the nodes' workers
+            # in group-rank order, G × n + local rank when every node runs n.
+            groups, size = self.node_rank.get(stream, ()), self.local_size.get(stream)
+            if len(groups) != 1 or not size:
+                return None
+            group = next(iter(groups))
+            return {local: group * size + local for local in range(size)}
+        latest = attempts[max(attempts)]
+        if len(latest) > 1:
+            where = f"srun task {stream}'s lines" if stream is not None else "this file's unlabelled lines"
+            self.facts.diag(0, f"{where} hold the rendezvous results of {len(latest)} launcher agents "
+                               f"(group ranks {', '.join(str(g) for g in sorted(latest, key=str))}): their "
+                               f"[defaultN]: local ranks cannot be told apart, so none is mapped to a global rank",
+                            "info")
+            return None
+        return next(iter(latest.values()))
+
     # -- records
     def _finish(self, record: _Pending) -> None:
+        first_hit = len(self.hit_keys)
         self._stated(record)
         text = _Text(record.text())
         template = _template(text.masked)
@@ -1122,7 +1316,10 @@ class _Reader:
                 proc.evidence = record.evidence(self.display, 0)
             return
         try:
-            _Apply(self, record, text, template).run()
+            applied = _Apply(self, record, text, template)
+            applied.run()
+            if applied.owner != record.key:  # its hits belong to whom the record turned out to be
+                self.hit_keys[first_hit:] = [(index, applied.owner) for index, _ in self.hit_keys[first_hit:]]
         except Exception as exc:  # noqa: BLE001 - one record, not the file
             self.facts.diag(record.numbers[0], f"could not use this record ({exc.__class__.__name__}): "
                                                f"{record.fulls[0][:160]}", "error")
@@ -1143,6 +1340,7 @@ class _Reader:
                 self.facts.messages.append(MessageHit(
                     entry.id, tuple(sorted(found.items())),
                     Evidence(self.display, number, full.rstrip()[:EVIDENCE_CHARS]), rank, host, pid, local))
+                self.hit_keys.append((len(self.facts.messages) - 1, record.key))
 
     def _unrecognized(self, record: _Pending, why: _Unreadable) -> None:
         self.facts.unrecognized += 1
@@ -1207,6 +1405,7 @@ class _Reader:
             self.facts.diag(0, f"{self.listed - MAX_LISTED} more unrecognized records not listed")
         procs = self._resolve()
         self._link_children(procs)
+        self._rank_hits(procs)
         facts = self.facts
         self.stated: set = set()
         for proc in sorted(procs, key=lambda p: p.rank is None and p.local_rank is None and p.pid is None):
@@ -1217,29 +1416,83 @@ class _Reader:
                 facts.pid_ranks.append((child.host, child.pid, child.rank, child.rank_evidence or child.evidence))
         for rank in sorted(self.claims):
             facts.records.extend(self.claims[rank].values())
+        world = self._world()
         for guid, desc in self.groups.items():
-            facts.groups.append(ProcessGroup(guid, desc, ()))
+            if guid != DEFAULT_GROUP or world is None:
+                facts.groups.append(ProcessGroup(guid, desc, ()))
+        if world is not None:
+            facts.groups.append(ProcessGroup(DEFAULT_GROUP, self.groups.get(DEFAULT_GROUP, ""), tuple(range(world))))
         if not facts.records:
             facts.diag(0, "no c10d or launcher records found", "info")
 
     def _resolve(self) -> list[_Proc]:
         """Merge the keys of one process; decide what the unprefixed lines
-        were: the one process of the file, or a process of their own."""
+        were: the one process of the file, or a process of their own.
+
+        A merged log is split per process: `[rankN]:` is rank N; a
+        `[defaultN]:` worker is the global rank its agent's rendezvous
+        result gives local rank N (`global_ranks`), on the agent's srun
+        task where labels tell nodes apart; an srun label is the global
+        rank (SLURM_PROCID) when the file's labels are consistent and none
+        shows a launcher (`[defaultN]:` workers, torchelastic's logging, a
+        rendezvous result) or a `[rankN]:` other than itself; and a c10d
+        line without a launcher prefix is the rank its own prefix states —
+        `[PG … 0(default_pg) Rank N]` always, old `[Rank N]` (group-local)
+        only in a merged log (several such ranks) that shows no group but
+        the default one."""
         procs = dict(self.procs)
         procs.pop(AGENT, None)
+        owner = self.owner
+
+        def move(source_key, target_key) -> None:
+            source = procs.pop(source_key)
+            owner[source_key] = target_key
+            if target_key in procs:
+                procs[target_key].absorb(source)
+            else:
+                source.key = target_key
+                if target_key[0] == "rank":
+                    source.rank = target_key[1]
+                procs[target_key] = source
+
         for alias, target in self.aliases.items():
             if alias in procs:
-                source = procs.pop(alias)
-                if target in procs:
-                    procs[target].absorb(source)
+                move(alias, target)
+        labels_are_ranks = self.labelled and not self.launcher_labels and all(
+            seen <= {label} for label, seen in self.label_ranks.items())
+        # Several processes' old `[Rank N]` lines in one file, and no group
+        # but the default one: each N is a global rank. One process's alone
+        # names no global rank (it may be group-local): its path does.
+        split_old = (all(guid == DEFAULT_GROUP for guid in self.groups)
+                     and len({k[1] for k in procs if k[0] == "wrank"}) > 1)
+        assignments = {}
+        for key in sorted((k for k in procs if k[0] in ("local", "tasklocal", "wrank", "task")), key=str):
+            kind = key[0]
+            if kind in ("local", "tasklocal"):
+                stream, local = (None, key[1]) if kind == "local" else key[1:]
+                if stream not in assignments:
+                    assignments[stream] = self._assignment(stream)
+                rank = (assignments[stream] or {}).get(local)
+                if rank is not None:
+                    move(key, ("rank", rank))
+                elif kind == "tasklocal":
+                    procs[key].local_rank = local
+            elif kind == "wrank":
+                rank, label = key[1], key[2]
+                if label is not None and labels_are_ranks:
+                    move(key, ("rank", label))
+                elif rank in self.default_ranks or split_old:
+                    move(key, ("rank", rank))
                 else:
-                    source.key = target
-                    source.rank = target[1]
-                    procs[target] = source
+                    move(key, FILE if label is None else ("task", label))
+            elif labels_are_ranks:
+                move(key, ("rank", key[1]))
         loose = procs.pop(FILE, None)
         if loose is not None:
             if len(procs) == 1:
-                next(iter(procs.values())).absorb(loose)
+                target = next(iter(procs.values()))
+                target.absorb(loose)
+                owner[FILE] = target.key
             elif (not procs and loose.c10) or loose.meaningful:
                 procs[FILE] = loose
         for proc in procs.values():
@@ -1249,6 +1502,35 @@ class _Reader:
         return sorted(procs.values(), key=lambda p: (p.rank is None, p.rank if p.rank is not None else 0,
                                                      p.local_rank if p.local_rank is not None else -1,
                                                      p.pid or 0))
+
+    def _rank_hits(self, procs: list[_Proc]) -> None:
+        """Catalogue hits take the rank of the process their lines turned
+        out to be (a `[defaultN]:` worker mapped, a label, an old `[Rank N]`)."""
+        by_key = {proc.key: proc for proc in procs}
+        messages = self.facts.messages
+        for index, key in self.hit_keys:
+            hit = messages[index]
+            if hit.rank is not None:
+                continue
+            target = key
+            while target in self.owner:
+                target = self.owner[target]
+            proc = by_key.get(target)
+            if proc is not None and proc.rank is not None:
+                messages[index] = replace(hit, rank=proc.rank, pid=hit.pid if hit.pid is not None else proc.pid,
+                                          host=hit.host or proc.host)
+
+    def _world(self) -> int | None:
+        """The world size the file states (the latest statement: an elastic
+        job may restart with fewer nodes)."""
+        if not self.worlds:
+            return None
+        sizes = sorted({size for size, _, _ in self.worlds})
+        size, line, what = self.worlds[-1]
+        if len(sizes) > 1:
+            self.facts.diag(line, f"this file states world sizes {', '.join(map(str, sizes))}: the latest, "
+                                  f"{size} ({what}), is used", "info")
+        return size if size > 0 else None
 
     def _link_children(self, procs: list[_Proc]) -> None:
         """The launcher's word on its workers applies to the same workers'
@@ -1314,6 +1596,7 @@ class _Apply:
     def __init__(self, reader: _Reader, record: _Pending, text: _Text, template: tuple):
         self.reader, self.record, self.text, self.template = reader, record, text, template
         self.display = reader.display
+        self.owner = record.key
         self.desync: list[_Ev] = []
 
     def run(self) -> None:
@@ -1321,7 +1604,7 @@ class _Apply:
         if record.key == SUMMARY:
             self.proc = None
         else:
-            owner = self._owner()
+            owner = self.owner = self._owner()
             self.proc = reader._proc(owner)
             if self.proc.evidence is None and owner != AGENT:
                 self.proc.evidence = record.evidence(self.display, 0)
@@ -1338,20 +1621,42 @@ class _Apply:
         """Launcher logging and the launcher's own ChildFailedError belong to
         the agent, whatever process wrote the lines around them."""
         record = self.record
-        if record.key != FILE:
+        if record.key != FILE and record.key[0] != "task":
             return record.key
         first = self.template[0] if self.template else None
         if first is not None and first.kind == "log":
             where = self.text.get(first.data[1])
             if where and any(name in where for name in _AGENT_LOGGERS):
+                if record.key[0] == "task":
+                    self.reader.launcher_labels.add(record.key[1])
                 return AGENT
         if record.kind in ("tb", "exc"):
             for ev in self.template:
                 if ev.kind == "exception":
                     name = self.text.get(ev.data[0])
                     if name.endswith(("ChildFailedError", "SignalException")):
+                        if record.key[0] == "task":
+                            self.reader.launcher_labels.add(record.key[1])
                         return AGENT
-        return record.key
+        return self._stated_rank() or record.key
+
+    def _stated_rank(self) -> tuple | None:
+        """A record without a launcher prefix (a `terminate called` block, a
+        C++ exception) whose own lines name its rank — `[PG … 0(default_pg)
+        Rank N]`, or an old `[Rank N]` (settled in _Reader._resolve) — is
+        that rank's, not the file's: merged logs interleave such blocks."""
+        label = self.record.key[1] if self.record.key[0] == "task" else None
+        for ev in self.template:
+            if ev.kind != "pg" or ev.pg is None or ev.pg[2] is None:
+                continue
+            rank = self.num(ev.pg[2])
+            guid = self.text.get(ev.pg[0]) if ev.pg[0] is not None else None
+            if rank is None or (guid is not None and guid != DEFAULT_GROUP):
+                continue
+            if guid == DEFAULT_GROUP:
+                self.reader.default_ranks.add(rank)
+            return ("wrank", rank, label)
+        return None
 
     # -- helpers
     def evidence(self, ev: _Ev) -> Evidence:

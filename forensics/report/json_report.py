@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
-
 from .. import stackclasses, topology
 from ..model import node_label
+from .safe_text import json_dumps
 
 SCHEMA = "forensics.report/1"
 MAX_WAITING_FOR = 64
+MAX_EVENTS = 500
 
 
 def node_json(node):
@@ -20,7 +20,7 @@ def to_dict(report, lang: str = "en") -> dict:
     culprits = set(report.culprit_ranks)
     ranks = {}
     for rank, state in report.incident.ranks.items():
-        op = state.current_op
+        op = state.position
         waits, n_waits = analysis.waits_of(rank, MAX_WAITING_FOR)
         entry = {
             "state": state.activity,
@@ -38,6 +38,11 @@ def to_dict(report, lang: str = "en") -> dict:
             entry["why"] = state.why
         if state.evidence:
             entry["evidence"] = state.evidence.to_json()
+        if state.ending is not None:
+            ending = state.ending
+            entry["ended"] = {"exit_code": ending.exit_code, "signal": ending.signal or None,
+                              "role": ending.role or None, "reason": ending.reason or None,
+                              "evidence": ending.evidence.to_json() if ending.evidence else None}
         if rank in culprits:
             links = topology.ring_links(report.incident, rank)
             if links:
@@ -58,6 +63,8 @@ def to_dict(report, lang: str = "en") -> dict:
             "narrative": root.narrative.get(lang, root.narrative.get("en", "")),
             "narratives": dict(root.narrative),
         },
+        "events": [e.to_json() for e in report.incident.events[:MAX_EVENTS]],
+        "timeline": _timeline(report.incident),
         "decided_by": [{"kind": s.kind, "detail": s.detail,
                         "evidence": s.evidence.to_json() if s.evidence else None}
                        for s in report.decided_by],
@@ -73,6 +80,16 @@ def to_dict(report, lang: str = "en") -> dict:
     }
 
 
+def _timeline(incident) -> dict:
+    """The clock the events share: the bound on host skew left, and the
+    first failure(s) by time (indices into `events`)."""
+    from ..postmortem import first_causes
+
+    shown = incident.events[:MAX_EVENTS]
+    return {"skew_s": incident.skew_s,
+            "first_failure": [shown.index(e) for e in first_causes(incident) if e in shown]}
+
+
 def _finding(finding, doc, lang: str) -> dict:
     out = finding.to_json()
     if lang == "zh":
@@ -85,4 +102,4 @@ def _finding(finding, doc, lang: str) -> dict:
 
 
 def render(report, lang: str = "en") -> str:
-    return json.dumps(to_dict(report, lang), ensure_ascii=False, indent=1) + "\n"
+    return json_dumps(to_dict(report, lang), indent=1) + "\n"

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from .. import stackclasses
 from ..model import node_label, path_label
 from ..ranges import compact
+from .safe_text import neutralize
 
 PER_RANK_LIMIT = 32
 DIAGNOSTICS_SHOWN = 10
@@ -148,6 +149,7 @@ def blocks(report, lang: str = "en") -> list:
     out.extend(Line(line, "headline" if index == 0 else "narrative")
                for index, line in enumerate(narrative.split("\n")))
     out.append(Line())
+    out.extend(_timeline_section(report, zh))
     out.extend(_ranks_section(report, zh))
     tree = stackclasses.build(report.incident)
     if tree.ranks:
@@ -196,7 +198,38 @@ def blocks(report, lang: str = "en") -> list:
             or any(_FROM_END.search(str(cell)) for cell in cells):
         out.append(Line())
         out.append(Line(NEGATIVE_LINES_NOTE["zh" if zh else "en"], "dim"))
-    return out
+    return [_inert(item) for item in out]
+
+
+def _inert(item):
+    """A line or table with every control and bidi character from the
+    artifacts shown as an escape (safe_text): one report line stays one
+    line, and nothing in it drives the terminal, piped or not."""
+    if isinstance(item, Table):
+        return Table(neutralize(item.title), tuple(map(neutralize, item.header)),
+                     [tuple(neutralize(cell) for cell in row) for row in item.rows], item.culprit_rows)
+    return Line(neutralize(item), item.style)
+
+
+def _timeline_section(report, zh: bool) -> list:
+    """The decisive events on one clock, oldest first, the first failure marked."""
+    from ..postmortem import decisive, when
+
+    chosen = decisive(report.incident)
+    if not any(event.time is not None or event.kind == "exit" for event, _ in chosen):
+        return []
+    skew = report.incident.skew_s
+    head = ("时间线（关键事件，同一时钟" if zh else "Timeline (decisive events, one clock") + (
+        f"，主机间时钟误差 ≤ {skew:g} 秒）:" if zh else f"; hosts' clocks agree within {skew:g} s):") \
+        if skew is not None else ("）:" if zh else "):")
+    lines = [Line(head, "heading")]
+    for event, first in chosen:
+        who = " ".join(part for part in (f"rank {event.rank}" if event.rank is not None else "", event.host) if part)
+        mark = ("  ◀ 最早的故障" if zh else "  ◀ first failure") if first else ""
+        text = event.detail if event.kind == "exit" else f"{event.kind} ({event.detail})"
+        lines.append(Line(f"  {when(event):>20}  {who or '-':<20}  {event.role:<8}  {text[:120]} "
+                          f"[{event.evidence.cite()}]{mark}", "finding.error" if first else "dim"))
+    return lines + [Line()]
 
 
 def _finding_line(report, finding, zh: bool) -> Line:
@@ -216,7 +249,7 @@ def _finding_line(report, finding, zh: bool) -> Line:
 
 
 def _describe(report, rank, state):
-    op = state.current_op
+    op = state.position
     waits, total = report.analysis.waits_of(rank, WAITS_SHOWN)
     shown = ",".join(node_label(w) for w in waits if not isinstance(w, int))
     ranks = compact(w for w in waits if isinstance(w, int)) if any(isinstance(w, int) for w in waits) else ""
