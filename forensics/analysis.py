@@ -93,24 +93,34 @@ def defer_stated(findings: list[Finding], incident: Incident) -> list[Finding]:
     """A cause a message states yields to a verdict drawn from rank states
     (that one has the whole picture: a survivor's exit or a peer's closed
     socket after the others waited on a missing rank is a consequence);
-    it stays, as a warning, to corroborate. It keeps its weight only where
-    it says what became of a rank the rank states blame (that rank died,
-    not merely elsewhere), and where the rank states blame only ranks that
-    sent nothing (a wait on a rank nobody collected weighs less than a line
-    that names the cause)."""
+    it stays, as a warning, to corroborate. It keeps its weight where it
+    says what became of a rank the rank states blame (that rank died, not
+    merely elsewhere). And a verdict from rank states that rests on ranks
+    that sent nothing (known only from a member list or rank numbering)
+    weighs less than a line naming the cause: then the message leads, and
+    the guess from the waits is the warning."""
     silent = set(confidence.silent_ranks(incident))
-    structural = [f for f in findings if f.severity == "error" and f.kind in VERDICT_OF_KIND
-                  and not f.rule.startswith(STATED) and not (f.ranks and set(f.ranks) <= silent)]
+
+    def bears(f: Finding) -> bool:
+        return f.severity == "error" and f.kind in VERDICT_OF_KIND
+
+    def guessed(f: Finding) -> bool:
+        return bool(set(f.ranks) & silent)
+
+    stated = [f for f in findings if bears(f) and f.rule.startswith(STATED)]
+    structural = [f for f in findings if bears(f) and not f.rule.startswith(STATED) and not guessed(f)]
     if not structural:
-        return findings
+        told = {VERDICT_OF_KIND[f.kind] for f in stated}
+        return [replace(f, severity="warning") if bears(f) and not f.rule.startswith(STATED)
+                and VERDICT_OF_KIND[f.kind] in told else f for f in findings]
     verdicts = {VERDICT_OF_KIND[f.kind] for f in structural}
     blamed = {r for f in structural for r in f.ranks}
 
     def keeps(f: Finding) -> bool:
         return VERDICT_OF_KIND.get(f.kind) not in verdicts and bool(set(f.ranks) & blamed)
 
-    return [replace(f, severity="warning") if f.severity == "error" and f.rule.startswith(STATED)
-            and f.kind in VERDICT_OF_KIND and not keeps(f) else f for f in findings]
+    return [replace(f, severity="warning") if bears(f) and f.rule.startswith(STATED) and not keeps(f) else f
+            for f in findings]
 
 
 _CYCLE_KINDS = frozenset(kind for kind, verdict in VERDICT_OF_KIND.items() if verdict == "deadlock")
