@@ -192,6 +192,14 @@ def _knock_on_end(hit: MessageHit) -> bool:
     return hit.fact("signal") in _KNOCK_ON_SIGNALS or hit.fact("exit_code") in _KNOCK_ON_EXITS
 
 
+def _ended_as_knock_on(incident, subject: Culprit) -> bool:
+    """Whether the post-mortem judged this rank's end a consequence (it
+    timed out or lost a peer first): a launcher's line about its exit is
+    then no crash of its own."""
+    state = incident.ranks.get(subject.rank) if subject.rank is not None else None
+    return state is not None and state.ending is not None and state.ending.role == "knock_on"
+
+
 def _crashed(incident, hits) -> list[Finding]:
     """Processes that died of their own error (not a knock-on of a peer's:
     not an abort after their own timeout, not the launcher's SIGTERM)."""
@@ -200,7 +208,7 @@ def _crashed(incident, hits) -> list[Finding]:
         if entry.cause in ("crash", "oom") and not entry.knock_on and entry.blames == "self" \
                 and not _knock_on_end(hit):
             subject = _subject(incident, hit)
-            if subject is not None:
+            if subject is not None and not _ended_as_knock_on(incident, subject):
                 crashed.append((hit, entry, subject))
     if not crashed:
         return []
