@@ -190,3 +190,19 @@ def _shift(text, seconds):
         return f"{moved.month}{moved.day:02d} {moved:%H:%M:%S}"
 
     return _C10.sub(c10, _ISO.sub(iso, text))
+
+
+@pytest.mark.parametrize("incident", ["pm_slurm_merged_illegal_memory_access", "synthetic_fragment_detail_two_logs",
+                                      "pm_gloo_sigkill_peer_closed_two_hosts", "synthetic_attr_srun_label"])
+def test_neutral_file_names_do_not_change_the_verdict_when_the_lines_name_their_ranks(incident, tmp_path):
+    """Where a pid map or the lines themselves say which rank printed what,
+    the files' names can be anything."""
+    counter = iter(range(1000))
+
+    def rename(relative):
+        if relative.name == "pid_map.json":
+            return relative
+        return relative.parent / f"artifact_{next(counter):03d}{''.join(relative.suffixes[-1:])}"
+
+    source, target = _copy(incident, tmp_path, rename)
+    assert _verdict(target) == _verdict(_copy_plain(source, tmp_path))
