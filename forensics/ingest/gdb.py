@@ -12,7 +12,8 @@ become `0x?`, LWP and process numbers `?`), and each distinct masked segment
 is parsed once and kept in a bounded module-level cache; what the mask hid (a
 header's LWP, a detached process's pid) is read back from the original line.
 Only cache misses reach the lark grammar (grammars/gdb.lark), one line per
-parse, so one bad line is one diagnostic.
+parse, so one bad line is one diagnostic. A `bt` pass followed by a `py-bt`
+pass of the same process is one dump (`_join_passes`).
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ def parse(path: str, display: str) -> Facts:
         raise InputError(display, "empty file")
     facts = Facts(KIND, display)
     _Reader(facts, display).read(_clean(data))
+    facts.processes[:] = _join_passes(facts.processes)
     if not facts.processes:
         facts.diag(0, "no thread backtraces found")
     return facts
@@ -480,6 +482,64 @@ class _Process:
         return ProcessDump(SOURCE, display, pid=pid, command=self.command,
                            threads=tuple(t.stack(display) for t in self.threads),
                            evidence=evidence, truncated=truncated)
+
+
+# ---------------------------------------------------------------- bt and py-bt of one process
+
+def _join_passes(processes: list[ProcessDump]) -> list[ProcessDump]:
+    """`-ex "thread apply all bt" -ex "thread apply all py-bt"` prints one
+    process twice: C frames, then Python frames. Read apart, neither pass
+    says where a thread is (a futex under what? a Python line calling what?),
+    so two neighbouring dumps of the same pid and threads, one with only C
+    frames and one with only Python frames, become one dump whose threads
+    run C frames (innermost first, down to `_start`) then Python frames, as
+    a per-thread `bt` + `py-bt` prints them. Each frame keeps its own line."""
+    joined: list[ProcessDump] = []
+    for process in processes:
+        previous = joined[-1] if joined else None
+        if previous is not None and _passes_of_one_process(previous, process):
+            native, python = (previous, process) if _only_native(previous) else (process, previous)
+            joined[-1] = _joined(native, python)
+        else:
+            joined.append(process)
+    return joined
+
+
+# py-bt lines the reader keeps as native frames: C calls and the interpreter's own waits.
+_PY_BT_NATIVE = ("<built-in ", "Waiting for the GIL", "Garbage-collecting")
+
+
+def _only_native(process: ProcessDump) -> bool:
+    return all(f.native and not f.function.startswith(_PY_BT_NATIVE) for t in process.threads for f in t.frames)
+
+
+def _only_python(process: ProcessDump) -> bool:
+    return all(not f.native or f.function.startswith(_PY_BT_NATIVE) for t in process.threads for f in t.frames)
+
+
+def _passes_of_one_process(a: ProcessDump, b: ProcessDump) -> bool:
+    if a.pid is None or a.pid != b.pid or [t.tid for t in a.threads] != [t.tid for t in b.threads]:
+        return False
+    if not (any(t.frames for t in a.threads) and any(t.frames for t in b.threads)):
+        return False
+    return (_only_native(a) and _only_python(b)) or (_only_python(a) and _only_native(b))
+
+
+def _joined(native: ProcessDump, python: ProcessDump) -> ProcessDump:
+    threads = []
+    for c_side, py_side in zip(native.threads, python.threads):
+        shift = py_side.evidence.line - c_side.evidence.line
+        extra = tuple(Frame(f.function, f.file, f.line, f.library, f.native, f.at + shift, f.locals)
+                      for f in py_side.frames)
+        threads.append(ThreadStack(c_side.tid, c_side.name or py_side.name, c_side.active,
+                                   c_side.frames + extra, c_side.evidence, c_side.status))
+    # The line that states the pid (a detach after the second pass, an
+    # attach before the first), else the first thread's header.
+    earlier, later = sorted((native, python), key=lambda p: p.threads[0].evidence.line)
+    stated = later.evidence if later.evidence != later.threads[0].evidence else earlier.evidence
+    return ProcessDump(native.source, native.path, pid=native.pid, host=native.host,
+                       command=native.command or python.command, threads=tuple(threads),
+                       evidence=stated, truncated=native.truncated or python.truncated)
 
 
 def _unmasked(value: str, line: str, before: str, after: str) -> str:

@@ -2,17 +2,35 @@
 
 The main thread decides a rank's state; background threads (c10d watchdog
 and heartbeat, Gloo run loops, NCCL proxies, pin-memory, tqdm, a job's own
-helpers) never do. A dump is read innermost frame first: the first frame
-that says something definite wins (a torch.distributed call, a CUDA sync, a
-DataLoader, a checkpoint write); generic waits (a condition variable, a
-queue, a futex) take their meaning from the first frame of the job's own
-code above them.
+helpers) never do, except that a main thread waiting for the autograd
+engine is wherever its autograd threads are.
+
+A thread is judged on every frame, not its top one. gdb shows the innermost
+frames as libc futexes, CPython's lock or unsymbolized `libcuda.so`
+addresses; what they wait *for* is named further out (a c10d Work's wait, a
+DataLoader's queue get, `.item()`), ten to forty frames in. Each frame gets
+a kind (`_kind`), and the strongest context anywhere in the stack decides:
+
+1. a communication call (the torch.distributed Python API, a c10d call, a
+   Work's wait, a transport wait) is BLOCKED in that call, whatever it waits
+   on below (a condition variable, the device, a socket). The Python API
+   frame names the op; else the outermost c10d frame that does; else "comm";
+2. a store call is BLOCKED in the store;
+3. the device (a CUDA sync, `.item()`; a frame inside the driver is weaker)
+   is DEVICE_WAIT;
+4. the autograd engine is COMPUTING (backward);
+5. a DataLoader, checkpoint or torch.nn/optim/autograd Python frame,
+   innermost first (torch.nn only with no wait below it);
+6. a generic wait (a lock, condition, queue, futex, the GIL) is LOCK_WAIT,
+   a sleep IDLE, unless the job's own function above names data or I/O;
+7. else the job's innermost own frame.
 """
 
 from __future__ import annotations
 
+import functools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .. import model as m
 from ..model import CommOp, Evidence, Frame, ProcessDump, ThreadStack
@@ -35,48 +53,108 @@ _PY_COMM = {
 }
 _PY_INIT = {"init_process_group", "new_group", "new_subgroups", "_new_group_with_tag",
             "_store_based_barrier", "rendezvous", "destroy_process_group"}
+_PY_WAIT_FILES = ("threading.py", "queue.py", "queues.py", "synchronize.py", "connection.py", "selectors.py")
 
-# Native frames, matched as substrings of the demangled name, in order.
-# Collective implementations first: gloo's allreduce itself waits in
-# UnboundBuffer::waitRecv, so a transport-level send/recv frame names the op
-# only when nothing further out says which collective it serves.
-_NATIVE_COLLECTIVE = (
-    ("AsyncAllreduceWork", "all_reduce"), ("AsyncBroadcastWork", "broadcast"),
-    ("AsyncBarrierWork", "barrier"), ("AsyncAllgatherWork", "all_gather"),
-    ("AsyncReduceScatterWork", "reduce_scatter"), ("AsyncAlltoallWork", "all_to_all"),
-    ("AsyncGatherWork", "gather"), ("AsyncScatterWork", "scatter"), ("AsyncReduceWork", "reduce"),
-    ("gloo::AllreduceRing", "all_reduce"), ("gloo::allreduce", "all_reduce"),
-)
+# c10d calls that name the op, by the method names of ProcessGroup and its
+# backends (ProcessGroup.hpp, ProcessGroupNCCL/Gloo/Wrapper.cpp) and of the
+# dispatcher ops in Ops.cpp (`c10d::ops::(anonymous namespace)::allreduce_CUDA`).
+# The outermost one wins: ProcessGroupWrapper::allreduce runs a
+# monitoredBarrier to check the call before doing it.
+_C10D_OPS = {
+    "allreduce": "all_reduce", "allreduce_impl": "all_reduce", "allreduce_coalesced": "all_reduce",
+    "allreduce_sparse": "all_reduce", "broadcast": "broadcast", "_broadcast_oop": "broadcast",
+    "reduce": "reduce", "_reduce_oop": "reduce", "allgather": "all_gather",
+    "allgather_coalesced": "all_gather", "_allgather_base": "all_gather_into_tensor",
+    "allgather_into_tensor_coalesced": "all_gather_into_tensor", "reduce_scatter": "reduce_scatter",
+    "_reduce_scatter_base": "reduce_scatter_tensor", "reduce_scatter_tensor_coalesced": "reduce_scatter_tensor",
+    "alltoall": "all_to_all", "alltoall_base": "all_to_all_single", "barrier": "barrier",
+    "monitoredBarrier": "monitored_barrier", "monitored_barrier": "monitored_barrier",
+    "send": "send", "recv": "recv", "recvAnysource": "recv", "recv_any_source": "recv",
+    "gather": "gather", "scatter": "scatter",
+}
+_C10D_NAMES = "|".join(sorted(_C10D_OPS, key=len, reverse=True))
+_DISPATCH = re.compile(
+    rf"c10d::ProcessGroup(?:Wrapper|Gloo|NCCL|MPI|UCC)?::({_C10D_NAMES})\b(?!::)"
+    rf"|c10d::ops::(?:\(anonymous namespace\)::)?({_C10D_NAMES})_?(?:CUDA|CPU|PrivateUse1|Meta)\b")
+# Gloo runs each collective as an Async…Work (plain or CUDA); gloo's own
+# algorithms wait in UnboundBuffer::waitRecv, so these name the op there.
+_GLOO_WORK = re.compile(
+    r"\bAsync(SparseAllreduce|AllreduceCoalesced|Allreduce|Broadcast|ReduceScatter|Reduce|"
+    r"AllgatherCoalesced|Allgather|Gather|Scatter|Alltoall|Barrier)(?:CUDA)?Work\b")
+_GLOO_OPS = {"SparseAllreduce": "all_reduce", "AllreduceCoalesced": "all_reduce", "Allreduce": "all_reduce",
+             "Broadcast": "broadcast", "ReduceScatter": "reduce_scatter", "Reduce": "reduce",
+             "AllgatherCoalesced": "all_gather", "Allgather": "all_gather", "Gather": "gather",
+             "Scatter": "scatter", "Alltoall": "all_to_all", "Barrier": "barrier"}
+_NATIVE_COLLECTIVE = (("gloo::AllreduceRing", "all_reduce"), ("gloo::allreduce", "all_reduce"))
+# Transport-level calls: they name an op only when nothing further out says
+# which collective they serve. Longer names first (ncclReduceScatter before ncclReduce).
 _NATIVE_COMM = (
     ("ProcessGroupGloo::SendWork::wait", "send"), ("ProcessGroupGloo::RecvWork::wait", "recv"),
     ("UnboundBuffer::waitSend", "send"), ("UnboundBuffer::waitRecv", "recv"),
-    ("gloo::broadcast", "broadcast"), ("gloo::allgather", "all_gather"), ("gloo::barrier", "barrier"), ("gloo::reduce_scatter", "reduce_scatter"),
-    ("gloo::alltoall", "all_to_all"), ("gloo::gather", "gather"), ("gloo::scatter", "scatter"),
-    ("ncclAllReduce", "all_reduce"), ("ncclBroadcast", "broadcast"), ("ncclAllGather", "all_gather"),
-    ("ncclReduceScatter", "reduce_scatter"), ("ncclSend", "send"), ("ncclRecv", "recv"),
+    ("gloo::broadcast", "broadcast"), ("gloo::allgather", "all_gather"), ("gloo::barrier", "barrier"),
+    ("gloo::reduce_scatter", "reduce_scatter"), ("gloo::alltoall", "all_to_all"), ("gloo::gather", "gather"),
+    ("gloo::scatter", "scatter"),
+    ("ncclAllReduce", "all_reduce"), ("ncclBroadcast", "broadcast"), ("ncclBcast", "broadcast"),
+    ("ncclAllGather", "all_gather"), ("ncclReduceScatter", "reduce_scatter"), ("ncclReduce", "reduce"),
+    ("ncclSend", "send"), ("ncclRecv", "recv"),
     ("ncclKernel_AllReduce", "all_reduce"), ("ncclDevKernel_AllReduce", "all_reduce"),
 )
-# c10d's dispatch layer names the call: ProcessGroup::allreduce,
-# ProcessGroupWrapper::allreduce (DETAIL mode), ProcessGroupGloo::monitoredBarrier.
-_DISPATCH = re.compile(r"c10d::ProcessGroup(?:Wrapper|Gloo|NCCL|MPI|UCC)?::"
-                       r"(allreduce|broadcast|allgather|_allgather_base|allgather_into_tensor_coalesced|"
-                       r"reduce_scatter|_reduce_scatter_base|alltoall|alltoall_base|barrier|"
-                       r"monitoredBarrier|send|recv|recvAnysource|gather|scatter|reduce)\b")
-_NATIVE_COMM_UNKNOWN = ("ProcessGroupNCCL::WorkNCCL::wait", "ProcessGroupNCCL::WorkNCCL::synchronize",
-                        "ProcessGroupGloo::AsyncWork::wait", "c10d::Work::wait", "ncclGroupEnd",
-                        "ncclCommInitRank", "ProcessGroupWrapper", "ncclKernel", "ncclDevKernel")
+# Inside a communication call, op unknown: a c10d Work's wait or synchronize
+# (Work::wait, WorkNCCL::wait/synchronize/synchronizeInternal/synchronizeStream,
+# CoalescedWorkNCCL::wait, ProcessGroupGloo::AsyncWork::wait), a functional
+# collective's wait_tensor, NCCL's group end, enqueue and communicator set-up.
+# Not WorkNCCL::isCompleted (the watchdog calls it too; under a blocking wait
+# the wait frame further out says so), nor NCCL's proxy and RAS threads'
+# calls: those threads must not read as a second thread inside a collective.
+_COMM_UNKNOWN = re.compile(
+    r"\bc10d::(?:\w+::)*\w*Work\w*::(?:wait|synchronize\w*)\b|\bc10d\b.*\bwait_tensor\b|ProcessGroupWrapper"
+    r"|\bp?nccl(?:GroupEnd|EnqueueCheck|LaunchKernel|LaunchPrepare|CommInitRank|CommSplit|CommFinalize)\w*"
+    r"|\bncclKernel_|\bncclDevKernel_")
+# The only NCCL work whose wait blocks the host on the device is a barrier's
+# (ProcessGroupNCCL.cpp: cudaDeviceSynchronize for barrierTensors_ up to 2.2,
+# cudaStreamSynchronize for barrierTensor_ in 2.3-2.4, CUDAStream::synchronize
+# for isBarrierOp_ since): other works only make the current stream wait on
+# an event, or poll it (TORCH_NCCL_BLOCKING_WAIT). So a host sync under a
+# WorkNCCL wait names the op when no Python frame does.
+_NCCL_WORK_WAIT = re.compile(r"ProcessGroupNCCL::WorkNCCL::(?:wait|synchronize\w*)\b")
 _NATIVE_STORE = ("c10d::TCPStore", "c10d::detail::TCPClient", "c10d::PrefixStore")
-_NATIVE_DEVICE = ("cudaStreamSynchronize", "cudaEventSynchronize", "cudaDeviceSynchronize",
-                  "cudaMemcpy", "_local_scalar_dense", "CUDAStream::synchronize", "cuStreamSynchronize",
-                  "cuEventSynchronize", "cuCtxSynchronize")
-_NATIVE_GIL = ("take_gil", "PyEval_RestoreThread", "PyGILState_Ensure", "drop_gil")
-_NATIVE_WAIT = ("pthread_cond_wait", "pthread_cond_timedwait", "futex", "sem_wait", "__lll_lock_wait",
-                "condition_variable::wait", "std::thread::join", "pthread_join", "epoll_wait", "poll",
-                "select", "nanosleep", "clock_nanosleep", "__GI___poll", "syscall")
+
+# The host waits for the device: a CUDA/HIP synchronize, a blocking copy,
+# `.item()` (at::native::_local_scalar_dense_cuda → at::cuda::memcpy_and_sync),
+# c10's stream/event/device synchronize, torch.cuda.synchronize's binding.
+_DEVICE_SYNC = re.compile(
+    r"\b(?:cuda|cu|hip|cudaApi)(?:Stream|Event|Device|Ctx|Thread)Synchronize\b|\b(?:cuda|hip)Memcpy(?:2D|3D|Peer)?\b"
+    r"|\bcuMemcpy(?:DtoH|HtoD|DtoD|Peer)?(?:_v2)?\b|native::_local_scalar_dense|\bmemcpy_and_sync\b"
+    r"|\bCUDAStream::synchronize\b|\b(?:stream|device)_synchronize\b|\bCUDAEvent::synchronize\b"
+    r"|\bTHCPModule_cudaSynchronize\b")
+# Inside the driver or runtime with no sync named: a launch, an event query or
+# record, a stream wait, or unsymbolized driver code. A thread stuck there waits
+# on the device (a full launch queue, the context lock), but a busy rank is
+# often caught there too: a weaker reading than a sync.
+_DRIVER_LIBRARY = re.compile(r"lib(?:cuda|cudart|amdhip64|hsa-runtime64)\.so")
+_DRIVER_CALL = re.compile(r"(?:cuda|cu|hip)[A-Z]\w*$|cudart::")
+# The autograd engine (torch/csrc/autograd/engine.cpp, python_engine.cpp): a
+# thread in backward() waits for its ready queue while device threads run.
+_ENGINE = re.compile(r"torch::autograd::(?:python::Python)?Engine::(?:execute\w*|thread_main|thread_init)\b"
+                     r"|torch::autograd::ReadyQueue::pop\b|\bTHPEngine_run_backward\b")
+_AUTOGRAD_THREAD = re.compile(r"^pt_autograd")
+
+# CPython's lock, queue and GIL waits, and libc's (Python/thread_pthread.h,
+# Modules/_threadmodule.c, _queuemodule.c, _multiprocessing/semaphore.c, ceval_gil.c).
+_NATIVE_GIL = re.compile(r"\b(?:take_gil|drop_gil|PyEval_RestoreThread|PyEval_AcquireThread|PyGILState_Ensure)\b"
+                         r"|^Waiting for the GIL$")
+_NATIVE_WAIT = re.compile(
+    r"\bPyThread_acquire_lock(?:_timed)?\b|\b_queue_SimpleQueue_get\w*|\b_multiprocessing_SemLock_acquire\w*|\bsemlock_acquire\b"
+    r"|pthread_cond_(?:timed|clock)?wait|futex|sem_(?:timed|clock)?wait|__lll_lock_wait"
+    r"|pthread_mutex_(?:timed|clock)?lock|condition_variable::wait|std::thread::join|pthread_join"
+    r"|epoll_wait|\b(?:__GI___|__)?p?poll\b|\bselect_poll_poll\w*|\bp?select\b|\bsyscall\b|\bsched_yield\b")
+_SLEEP = re.compile(r"(^|\.)sleep$|time_sleep|clock_nanosleep|nanosleep|\busleep\b|sleep_for\b")
+# py-bt shows C calls as `<built-in method NAME of TYPE object at …>`.
+_BUILTIN = re.compile(r"<built-in (?:method|function) (\w+)")
+_BUILTIN_WAITS = {"acquire", "get", "put", "wait", "join", "poll", "select", "_wait_for_tstate_lock"}
 
 _DATA_WORDS = re.compile(r"load|batch|data|loader|prefetch|shard|sample|fetch|collate|tokeni", re.I)
 _IO_WORDS = re.compile(r"checkpoint|ckpt|save|serialize|write|upload|flush|persist|dump_state", re.I)
-_SLEEP = re.compile(r"(^|\.)sleep$|time_sleep|clock_nanosleep|nanosleep")
 
 _BACKGROUND_NAMES = re.compile(
     r"pt_nccl|pt_gloo|gloo_tcp|pt_autograd|pin_memory|tqdm|NCCL|pt_elastic|heartbeat|watchdog|"
@@ -97,6 +175,10 @@ class Classification:
     confidence: int = 0
     source: str = ""
     group: str = ""  # "" default group; "?0x…" a group known only by its address
+    # Read from a function's name or from where the job's own code is, not
+    # from a frame that says what the thread does: a gdb dump (no thread
+    # status) that only guesses does not contradict another that knows.
+    guess: bool = False
 
 
 # ------------------------------------------------------------------ main thread
@@ -156,6 +238,36 @@ def _label(frame: Frame) -> str:
     return f"{frame.function} ({frame.library})" if frame.library else frame.function
 
 
+def _brief(frame: Frame) -> str:
+    """A native frame as a narrative names it: no parameter list, the library's file name."""
+    name = _short(frame.function)
+    if frame.library:
+        return f"{name} ({frame.library.rsplit('/', 1)[-1]})"
+    if frame.file:
+        return f"{name} ({frame.file.rsplit('/', 1)[-1]}:{frame.line})" if frame.line else f"{name} ({frame.file})"
+    return name
+
+
+_OPENERS = {"<": ">", "(": ")", "{": "}", "[": "]"}
+
+
+def _short(name: str) -> str:
+    """`c10d::Work::wait(std::chrono::duration<long, std::ratio<1l, 1000l> >)` → `c10d::Work::wait`:
+    a demangled signature's parameters, cut at the first `(` outside every bracket."""
+    if "operator" in name:
+        return name
+    name = name.replace("(anonymous namespace)", "{anonymous}")
+    stack: list[str] = []
+    for at, char in enumerate(name):
+        if char == "(" and not stack and at:
+            return name[:at].replace("{anonymous}", "(anonymous namespace)")
+        if char in _OPENERS:
+            stack.append(_OPENERS[char])
+        elif stack and char == stack[-1]:
+            stack.pop()
+    return name.replace("{anonymous}", "(anonymous namespace)")
+
+
 def _locals_int(frame: Frame, *names) -> tuple[bool, int | None]:
     for name in names:
         for key, value in frame.locals:
@@ -168,103 +280,234 @@ def _locals_int(frame: Frame, *names) -> tuple[bool, int | None]:
     return False, None
 
 
+# ------------------------------------------------------------------ frame kinds
+
+_PY_API, _PY_SETUP = "api", "setup"        # torch.distributed Python calls (op / "init")
+_C10D, _TRANSPORT = "c10d", "transport"    # c10d call naming the op; a wait inside comm ("" = op unknown)
+_STORE = "store"
+_SYNC, _DRIVER = "sync", "driver"          # the host waits for the device; inside the driver
+_AUTOGRAD = "autograd"
+_DATA, _IO, _COMPUTE = "data", "io", "compute"
+_WAIT, _GIL, _NAP = "wait", "gil", "sleep"
+_GENERIC = (_WAIT, _GIL, _NAP)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _kind(frame: Frame) -> tuple[str, str] | None:
+    """(kind, op) of one frame, or None when it says nothing. Frames repeat
+    across ranks and dumps, so this is cached."""
+    if is_python(frame):
+        return _python_kind(frame)
+    if not frame.native:
+        return None  # py-bt's "(frame information optimized out)"
+    return _native_kind(frame.function, frame.library)
+
+
+def _python_kind(frame: Frame) -> tuple[str, str] | None:
+    file, bare = frame.file, _bare(frame.function)
+    if "torch/distributed" in file:
+        if bare in _PY_INIT:
+            return _PY_SETUP, "init"
+        if bare in _PY_COMM:
+            return _PY_API, _PY_COMM[bare]
+    if "torch/utils/data" in file:
+        return _DATA, ""
+    if file.endswith("torch/serialization.py") or "torch/distributed/checkpoint" in file:
+        return _IO, ""
+    if bare == "synchronize" and "torch/cuda/" in file:
+        return _SYNC, ""
+    if _SLEEP.search(frame.function):
+        return _NAP, ""
+    if file.endswith(_PY_WAIT_FILES):
+        return _WAIT, ""
+    if "torch/nn/" in file or "torch/autograd" in file or "torch/optim" in file:
+        return _COMPUTE, ""
+    return None
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _native_kind(name: str, library: str) -> tuple[str, str] | None:
+    builtin = _BUILTIN.match(name)
+    if builtin:
+        method = builtin.group(1)
+        if method in ("sleep",):
+            return _NAP, ""
+        if method in _BUILTIN_WAITS:
+            return _WAIT, ""
+        if method in ("synchronize", "_cuda_synchronize"):
+            return _SYNC, ""
+        return None
+    found = _DISPATCH.search(name)
+    if found:
+        return _C10D, _C10D_OPS[found.group(1) or found.group(2)]
+    found = _GLOO_WORK.search(name)
+    if found:
+        return _C10D, _GLOO_OPS[found.group(1)]
+    for needle, op in _NATIVE_COLLECTIVE:
+        if needle in name:
+            return _C10D, op
+    for needle, op in _NATIVE_COMM:
+        if needle in name:
+            return _TRANSPORT, op
+    if _COMM_UNKNOWN.search(name):
+        return _TRANSPORT, ""
+    if any(needle in name for needle in _NATIVE_STORE):
+        return _STORE, ""
+    if _DEVICE_SYNC.search(name):
+        return _SYNC, ""
+    if _DRIVER_LIBRARY.search(library) or _DRIVER_CALL.match(_short(name)):
+        return _DRIVER, ""
+    if _ENGINE.search(name):
+        return _AUTOGRAD, ""
+    if _NATIVE_GIL.search(name):
+        return _GIL, ""
+    if _SLEEP.search(name):
+        return _NAP, ""
+    if _NATIVE_WAIT.search(name):
+        return _WAIT, ""
+    return None
+
+
+# ------------------------------------------------------------------ one thread
+
 def classify_thread(thread: ThreadStack, source: str = "") -> Classification:
     frames = thread.frames
     base = _CONFIDENCE.get(source, 1)
+    kinds = [_kind(frame) for frame in frames]
 
-    def result(activity, index, op="", peers=(), any_source=False, group="", extra=0):
-        frame = frames[index]
-        user = _user_frame(frames, index + 1) if index + 1 < len(frames) else None
-        why = _label(frame)
-        if user is not None and user is not frame:
-            why += f" ← {_label(user)}"
-        return Classification(activity, op, tuple(peers), any_source, thread.cite(frame), why,
-                              base + extra, source, group)
+    def first(*wanted):
+        return next((i for i, kind in enumerate(kinds) if kind and kind[0] in wanted), None)
 
-    generic_wait = None
-    transport = None  # (index, op) of the innermost transport-level wait (gloo, NCCL)
-    dispatch = None   # (index, op) of the outermost c10d call that names the op
-    for index, frame in enumerate(frames):
-        name = frame.function
-        if is_python(frame):
-            bare = _bare(name)
-            if "torch/distributed" in frame.file and (bare in _PY_COMM or bare in _PY_INIT):
-                if bare in _PY_INIT:
-                    return result(m.BLOCKED, index, op="init", extra=1)
-                # The Python call names the op; the native frame below only
-                # says how it waits.
-                op = _PY_COMM[bare]
-                peers, any_source = _peers(frame, op)
-                return result(m.BLOCKED, index, op=op, peers=peers, any_source=any_source,
-                              group=_group(frames, index), extra=2 if frame.locals else 1)
-            if "torch/utils/data" in frame.file:
-                return result(m.DATA_LOADING, index)
-            if frame.file.endswith(("torch/serialization.py",)) or "torch/distributed/checkpoint" in frame.file:
-                return result(m.IO, index)
-            if _SLEEP.search(name) and generic_wait is None:
-                generic_wait = (index, m.IDLE)
-            if frame.file.endswith(("threading.py", "queue.py", "queues.py", "synchronize.py",
-                                    "connection.py", "selectors.py")) and generic_wait is None:
-                generic_wait = (index, m.LOCK_WAIT)
-            if "torch/nn/" in frame.file or "torch/autograd" in frame.file or "torch/optim" in frame.file:
-                if generic_wait is None:
-                    return result(m.COMPUTING, index)
-            continue
-        # native frame
-        dispatched = _DISPATCH.search(name)
-        if dispatched:
-            dispatch = (index, m.normalize_op(dispatched.group(1)))  # keep the outermost
+    def result(activity, index, op="", peers=(), any_source=False, group="", extra=0, also=(), guess=False):
+        """Cites `frames[index]`; `also`: native frames that say how it waits
+        (the device, a lock), which a Python-level reading does not show.
+        `why` runs innermost first, then the job's own frame above them."""
+        chain = sorted({index} | {i for i in also if i is not None})
+        parts = [_brief(frames[i]) if frames[i].native else _label(frames[i]) for i in chain]
+        user = _user_frame(frames, chain[-1] + 1)
+        if user is not None:
+            parts.append(_label(user))
+        return Classification(activity, op, tuple(peers), any_source, thread.cite(frames[index]),
+                              " ← ".join(parts), base + extra, source, group, guess)
+
+    device, synced = _device(frames, kinds)
+    native_device = device if device is not None and frames[device].native else None
+    transport = first(_TRANSPORT)
+
+    # 1. A communication call anywhere in the stack.
+    api = first(_PY_API, _PY_SETUP)
+    if api is not None:
+        below = (native_device,) if native_device is not None and native_device < api else ()
+        if kinds[api][0] == _PY_SETUP:
+            return result(m.BLOCKED, api, op="init", extra=1, also=below)
+        op = kinds[api][1]
+        peers, any_source = _peers(frames[api], op)
+        return result(m.BLOCKED, api, op=op, peers=peers, any_source=any_source,
+                      group=_group(frames, api), extra=2 if frames[api].locals else 1, also=below)
+    named = [i for i, kind in enumerate(kinds) if kind and kind[0] == _C10D]
+    if named or transport is not None:
+        where = transport if transport is not None else named[0]
+        below = (native_device,) if native_device is not None and native_device < where else ()
+        if named:
+            op = kinds[named[-1]][1]
+        elif below and synced and _NCCL_WORK_WAIT.search(frames[where].function):
+            op = "barrier"
         else:
-            for needle, op in _NATIVE_COLLECTIVE:
-                if needle in name:
-                    dispatch = (index, op)
-                    break
-        if transport is None:
-            for needle, op in _NATIVE_COMM:
-                if needle in name:
-                    transport = (index, op)
-                    break
-            else:
-                if any(needle in name for needle in _NATIVE_COMM_UNKNOWN):
-                    transport = (index, "comm")
-        if transport is not None or dispatch is not None:
-            continue
-        if any(needle in name for needle in _NATIVE_STORE):
-            return result(m.BLOCKED, index, op="store")
-        if any(needle in name for needle in _NATIVE_DEVICE) or "libcuda.so" in frame.library:
-            return result(m.DEVICE_WAIT, index)
-        if generic_wait is None:
-            if any(needle in name for needle in _NATIVE_GIL):
-                generic_wait = (index, m.LOCK_WAIT)
-            elif _SLEEP.search(name):
-                generic_wait = (index, m.IDLE)
-            elif any(needle in name for needle in _NATIVE_WAIT):
-                generic_wait = (index, m.LOCK_WAIT)
+            op = kinds[transport][1] or "comm"
+        return result(m.BLOCKED, where, op=op, also=below)
 
-    if dispatch is not None or transport is not None:
-        where = transport[0] if transport is not None else dispatch[0]
-        op = dispatch[1] if dispatch is not None else transport[1]
-        return result(m.BLOCKED, where, op=op)
-    user = _user_frame(frames, 0)
-    if generic_wait is not None:
-        index, activity = generic_wait
-        context = _user_frame(frames, index)
+    # 2. A store call.
+    store = first(_STORE)
+    if store is not None:
+        return result(m.BLOCKED, store, op="store")
+
+    # 3. The device.
+    if device is not None:
+        return result(m.DEVICE_WAIT, device, also=(_chain_end(frames, kinds, device, (_SYNC, _DRIVER)),),
+                      guess=not synced)
+
+    wait = first(*_GENERIC)
+    how = _chain_end(frames, kinds, wait, _GENERIC) if wait is not None and frames[wait].native else None
+
+    # 4. The autograd engine: cited where backward() entered it.
+    engine = first(_AUTOGRAD)
+    if engine is not None:
+        return result(m.COMPUTING, _chain_end(frames, kinds, engine, (_AUTOGRAD,)))
+
+    # 5. A DataLoader, checkpoint or compute frame of torch's, innermost first.
+    for index, kind in enumerate(kinds):
+        if kind is None:
+            continue
+        if kind[0] == _DATA:
+            return result(m.DATA_LOADING, index, also=(how,))
+        if kind[0] == _IO:
+            return result(m.IO, index, also=(how,))
+        if kind[0] == _COMPUTE and (wait is None or wait > index):
+            return result(m.COMPUTING, index)
+
+    # 6. A generic wait, named by the job's own code above it.
+    if wait is not None:
+        activity = m.IDLE if kinds[wait][0] == _NAP else m.LOCK_WAIT
+        context = _user_frame(frames, wait)
+        guess = False
         if context is not None:
             if _DATA_WORDS.search(context.function):
-                activity = m.DATA_LOADING
+                activity, guess = m.DATA_LOADING, True
             elif _IO_WORDS.search(context.function):
-                activity = m.IO
-        return result(activity, index)
+                activity, guess = m.IO, True
+        python_wait = next((i for i in range(wait, len(frames)) if kinds[i] and kinds[i][0] in _GENERIC
+                            and not frames[i].native), None)
+        if python_wait is not None:
+            return result(activity, python_wait, also=(how,), guess=guess)
+        return result(activity, how if how is not None else wait, guess=guess)
+
+    # 7. Where the job's own code is.
+    user = _user_frame(frames, 0)
     if user is not None:
+        index = frames.index(user)
         if _DATA_WORDS.search(user.function):
-            return result(m.DATA_LOADING, frames.index(user))
+            return result(m.DATA_LOADING, index, guess=True)
         if _IO_WORDS.search(user.function):
-            return result(m.IO, frames.index(user))
-        return result(m.COMPUTING, frames.index(user))
+            return result(m.IO, index, guess=True)
+        return result(m.COMPUTING, index, guess=True)
     if frames:
         return result(m.COMPUTING if thread.active else m.UNKNOWN, 0)
     return Classification(m.UNKNOWN, evidence=thread.evidence, why="thread has no frames",
                           source=source)
+
+
+def _device(frames, kinds) -> tuple[int | None, bool]:
+    """The frame that shows the thread waiting for the device, and whether it
+    is a sync (rather than only a frame inside the driver): the innermost
+    sync, else the innermost driver frame with a name, else the innermost one."""
+    driver = None
+    for index, kind in enumerate(kinds):
+        if kind is None:
+            continue
+        if kind[0] == _SYNC:
+            return index, True
+        if kind[0] == _DRIVER and (driver is None or frames[driver].function == "??"):
+            if driver is None or frames[index].function != "??":
+                driver = index
+    return driver, False
+
+
+def _chain_end(frames, kinds, index: int, chain: tuple[str, ...]) -> int:
+    """The outermost native frame of the run of `chain` kinds that starts at
+    `index`, across frames that say nothing (`cudaStreamSynchronize` → … →
+    `at::native::_local_scalar_dense_cuda`; a futex → … →
+    `PyThread_acquire_lock_timed`): what the thread waits in, as the
+    program calls it."""
+    last = index
+    for i in range(index + 1, len(kinds)):
+        if not frames[i].native:
+            break
+        if kinds[i] is None:
+            continue
+        if kinds[i][0] not in chain:
+            break
+        last = i
+    return last
 
 
 _GROUP_OBJECT = re.compile(r"ProcessGroup\w* (?:object )?at (0x[0-9a-f]+)")
@@ -335,26 +578,56 @@ def classify(dump: ProcessDump) -> Classification:
     if thread is None:
         return Classification(m.UNKNOWN, evidence=dump.evidence, why="dump has no threads",
                               source=dump.source)
-    return classify_thread(thread, dump.source)
+    verdict = classify_thread(thread, dump.source)
+    if verdict.activity == m.COMPUTING and any(_kind(f) and _kind(f)[0] == _AUTOGRAD for f in thread.frames):
+        return _autograd_worker(dump, thread, verdict) or verdict
+    return verdict
+
+
+def _autograd_worker(dump: ProcessDump, main: ThreadStack, verdict: Classification) -> Classification | None:
+    """A main thread in backward() waits for the engine's device threads
+    (`pt_autograd_N`), which run the backward kernels and hooks (DDP's and
+    FSDP's reductions among them): one of them blocked in a communication
+    call or on the device is where the rank is."""
+    found = []
+    for thread in dump.threads:
+        if thread is main or not (_AUTOGRAD_THREAD.match(thread.name or "")
+                                  or any(_kind(f) and _kind(f)[0] == _AUTOGRAD for f in thread.frames)):
+            continue
+        worker = classify_thread(thread, dump.source)
+        if worker.activity in (m.BLOCKED, m.DEVICE_WAIT) and not worker.guess:
+            found.append((worker.activity != m.BLOCKED, thread, worker))
+    if not found:
+        return None
+    _, thread, worker = min(found, key=lambda item: item[0])
+    return replace(worker, why=f"{worker.why} (autograd thread {thread.name or thread.tid}, "
+                               f"which the main thread waits for in backward)")
 
 
 def combine(classifications: list[Classification]) -> Classification:
     """Several dumps of one rank: the most specific, most confident wins;
-    peers found by any dump of the same op are kept."""
+    peers found by any dump of the same op are kept. A reading from a frame
+    that says what the thread does beats a guess, and a guess beats a bare
+    lock wait (gdb's `bt` sees the lock, its `py-bt` the DataLoader above it)."""
     if not classifications:
         return Classification(m.UNKNOWN)
 
     def rank_key(c: Classification):
         specific = 2 if c.op not in ("", "comm") else (1 if c.op == "comm" else 0)
-        return (c.activity == m.BLOCKED, specific, c.confidence, bool(c.peers))
+        return (c.activity == m.BLOCKED, specific, _informative(c), c.confidence, bool(c.peers))
 
     best = max(classifications, key=rank_key)
     if best.activity == m.BLOCKED and not best.peers:
         for other in classifications:
             if other.op == best.op and other.peers:
-                return Classification(best.activity, best.op, other.peers, other.any_source,
-                                      best.evidence, best.why, best.confidence, best.source, best.group)
+                return replace(best, peers=other.peers, any_source=other.any_source)
     return best
+
+
+def _informative(c: Classification) -> int:
+    if c.activity in (m.UNKNOWN, m.LOCK_WAIT):
+        return 0
+    return 1 if c.guess else 2
 
 
 def _position(c: Classification):
@@ -366,8 +639,12 @@ def moving(judged: list[tuple[Classification, ProcessDump]]) -> Classification |
     thread is: the rank is making progress, whatever a single dump says.
     (In a hang every dump of a rank agrees.) None when they agree."""
     # A native-level lock wait or an unnamed comm wait fits any position (a
-    # thread blocked in a collective also sits in pthread_cond_wait).
-    seen = [(c, d) for c, d in judged if c.activity not in (m.UNKNOWN, m.LOCK_WAIT)]
+    # thread blocked in a collective also sits in pthread_cond_wait). A gdb
+    # dump that only guesses (its `py-bt` ends in the job's code, which sits
+    # in a C call py-bt does not show; its `bt` has no Python) has no
+    # position to disagree with: gdb gives no thread status.
+    seen = [(c, d) for c, d in judged if c.activity not in (m.UNKNOWN, m.LOCK_WAIT)
+            and not (c.guess and d.source == "gdb")]
     positions = {}
     for c, d in seen:
         positions.setdefault(_position(c), (c, d))
