@@ -64,9 +64,9 @@ def settle(incident: m.Incident) -> m.Incident:
         if role == "knock_on":
             position = ending.position
             activity = m.BLOCKED if position is not None and position.state != "completed" else ending.activity
-            before = ending.why or ending.activity
+            before = ending.why or (ending.activity if ending.activity != m.UNKNOWN else "where it was is not known")
             ranks[rank] = replace(state, alive=None, activity=activity, current_op=position, ending=ending,
-                                  why=f"{before}; it ended later ({reason}): a knock-on, not why the job hung")
+                                  why=f"{before}; ended later ({ending.describe()}), a knock-on")
         else:
             ranks[rank] = replace(state, ending=ending)
     settled = replace(incident, ranks=ranks)

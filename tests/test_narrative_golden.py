@@ -13,7 +13,9 @@ import pytest
 import yaml
 
 import forensics
+from forensics.ingest.textio import InputError
 from forensics.plugins import Plugins
+from forensics.replay import METADATA
 
 from conftest import CORPUS, ROOT
 
@@ -25,10 +27,15 @@ INCIDENTS = sorted(p.name for p in CORPUS.iterdir() if (p / "expected.yaml").is_
 def test_narrative_matches_golden(incident):
     expected = yaml.safe_load((CORPUS / incident / "expected.yaml").read_text())
     args = expected.get("args") or {}
-    first = forensics.analyze(CORPUS / incident, hung=bool(args.get("hung")), jobs=1,
-                              plugins=Plugins(autoload=False))
+    try:
+        first = forensics.analyze(CORPUS / incident, hung=bool(args.get("hung")), jobs=1,
+                                  plugins=Plugins(autoload=False), exclude=METADATA)
+    except InputError as exc:
+        if expected.get("xfail"):  # a known miss the tool cannot read yet: no narrative to keep
+            pytest.skip(f"{incident}: {exc}")
+        raise
     again = forensics.analyze(CORPUS / incident, hung=bool(args.get("hung")), jobs=1,
-                              plugins=Plugins(autoload=False))
+                              plugins=Plugins(autoload=False), exclude=METADATA)
     for lang in ("en", "zh"):
         text = first.root_cause.narrative[lang] + "\n"
         assert text == again.root_cause.narrative[lang] + "\n"  # deterministic
