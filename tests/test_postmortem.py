@@ -206,3 +206,11 @@ def test_neutral_file_names_do_not_change_the_verdict_when_the_lines_name_their_
 
     source, target = _copy(incident, tmp_path, rename)
     assert _verdict(target) == _verdict(_copy_plain(source, tmp_path))
+
+
+def test_a_rank_whose_own_watchdog_says_it_is_in_a_call_is_there_though_its_host_ran_ahead(tmp_path):
+    """NCCL calls return at once: py-spy shows ranks 0, 1, 3 in their training
+    code, their watchdogs say all_reduce #23923 never completed; rank 2's
+    counters never reached it. Rank 2 is the missing one."""
+    code, verdict, culprits = _verdict(_copy_plain(CORPUS / "pm_missing_rank_enqueued_behind", tmp_path))
+    assert (verdict, culprits) == ("missing_rank", [2])

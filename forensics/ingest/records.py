@@ -103,6 +103,14 @@ def state_from_records(rank: int, records: list[ProcessRecord], existing: m.Rank
     if current is not None and last is not None and _same_call(current, last):
         # The dump says where it is; the log says which group and which seq.
         updates["current_op"] = _joined(current, last)
+    elif (current is None and last is not None and last.state != "completed" and existing.activity in _RAN_AHEAD
+          and any(r.timed_out for r in own)):
+        # The rank's own watchdog says it is stuck in this call while its main
+        # thread is elsewhere: NCCL calls return at once, the host runs on
+        # (into .item(), the next batch) and the call waits on the GPU.
+        updates.update(activity=m.BLOCKED, current_op=last,
+                       why=f"{existing.why}; its own watchdog says it is still in {last.op}"
+                           + (f" #{last.seq}" if last.seq is not None else "") + " (the host ran ahead of the call)")
     known = existing.ending
     if known is not None and known.position is not None and last is not None and _same_call(known.position, last):
         # a stack at the end says where; the log, which group and which seq
@@ -161,6 +169,10 @@ def _max_progress(a: GroupProgress | None, b: GroupProgress) -> GroupProgress:
         return y if x is None else x if y is None else max(x, y)
     return GroupProgress(top(a.enqueued, b.enqueued), top(a.started, b.started),
                          top(a.completed, b.completed), b.evidence or a.evidence)
+
+
+# What a stack shows of a rank whose asynchronous call may still be pending on the device.
+_RAN_AHEAD = frozenset({m.COMPUTING, m.DEVICE_WAIT, m.DATA_LOADING, m.IDLE, m.UNKNOWN})
 
 
 def _joined(current: m.CommOp, last: m.CommOp) -> m.CommOp:
