@@ -51,7 +51,7 @@ from . import jsonwalk
 from .attribution import rank_from_path
 from .facts import Facts
 from .reader import reader_hooks
-from .textio import InputError, has_nul, read_text
+from .textio import InputError, has_nul, read_document
 
 KIND = "elastic-error"
 SOURCE = "elastic-error"
@@ -97,11 +97,7 @@ class _Value:
 
 
 def parse(path: str, display: str) -> Facts:
-    text = read_text(path, MAX_BYTES)
-    if text.startswith("\ufeff"):
-        text = text[1:]
-    if not text.strip():
-        raise InputError(display, "empty file")
+    text = read_document(path, display, MAX_BYTES)
     facts = Facts(KIND, display)
     facts.lines_read = text.count("\n") + 1
     try:

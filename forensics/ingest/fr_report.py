@@ -64,7 +64,7 @@ from dataclasses import dataclass, field
 from ..model import Evidence, MessageHit, ProcessGroup, normalize_op
 from .facts import Facts
 from .reader import reader_hooks
-from .textio import ANSI_COLOUR, InputError, has_nul, read_text
+from .textio import ANSI_COLOUR, has_nul, read_document
 
 KIND = "fr-analyzer-report"
 PREFIX = "fr-analyzer-"
@@ -482,12 +482,7 @@ def _items(facts: dict) -> tuple:
 
 
 def parse(path: str, display: str) -> Facts:
-    text = read_text(path, MAX_BYTES)
-    if text.startswith("\ufeff"):
-        text = text[1:]
-    if not text.strip():
-        raise InputError(display, "empty file")
-    return _Reader(display).read(text.replace("\x00", ""))
+    return _Reader(display).read(read_document(path, display, MAX_BYTES).replace("\x00", ""))
 
 
 forensics_sniff, forensics_parse = reader_hooks(

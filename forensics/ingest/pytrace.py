@@ -919,7 +919,7 @@ class _Emitter:
         if trace.more_frames:
             self.facts.diag(trace.header.number, f"traceback of {len(frames_printed) + trace.more_frames} "
                                                  f"frames: the first {MAX_FRAMES} kept")
-        rank, (task, pid, host, _, local, _) = self._rank(key), key
+        rank, (_, pid, host, _, local, _) = self._rank(key), key
         signal = "SIGINT" if name == "KeyboardInterrupt" and ended else ""
         evidence = headline.evidence(self.display) if headline is not None else header
         thread = ThreadStack("", trace.thread or "MainThread", None, frames, header)
@@ -934,7 +934,7 @@ class _Emitter:
         self._hits(messages, rank, host, pid, local)
 
     def _dump(self, key: _Key, dump: _Dump) -> None:
-        rank, (task, pid, host, _, local, _) = self._rank(key), key
+        rank, (_, pid, host, _, local, _) = self._rank(key), key
         threads = []
         for thread in dump.threads:
             frames = tuple(Frame(function, file, line, at=number - thread.header.number)

@@ -333,6 +333,17 @@ def read_text(path: str, limit: int | None = None) -> str:
     return read_bytes(path, limit).decode("utf-8", errors="replace")
 
 
+def read_document(path: str, display: str, limit: int | None = None) -> str:
+    """A whole text document (a JSON file, a pasted report): its text, less
+    a UTF-8 byte-order mark; an empty or blank one is an InputError."""
+    text = read_text(path, limit)
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    if not text.strip():
+        raise InputError(display, "empty file")
+    return text
+
+
 _TEXT_BYTES = bytes(range(32, 256)) + b"\t\n\r\x1b\x0c\x08"
 _SAMPLE = 8192  # the bytes of a head that tell binary from text
 
