@@ -181,8 +181,9 @@ def timeline(incident: m.Incident, hits) -> tuple[tuple[m.Event, ...], float | N
         found = clock.stamp(hit.evidence.text)
         host = hit.host or _host_of(incident, hit.rank)
         rank = hit.rank if hit.rank is not None else pid_rank.get((hit.host, hit.pid))
+        pid = hit.pid if hit.pid is not None else (hit.fact("pid") if entry.blames == "self" else None)
         event = m.Event(found[0] if found else None, found[1] if found else "", entry.cause, _role(hit, entry),
-                        hit.evidence, host, rank, hit.pid, entry.id)
+                        hit.evidence, host, rank, pid, entry.id)
         if entry.cause == "info" and hit.fact("comm_id") and found:
             sync[(entry.id, hit.fact("comm_id"))].append(event)
         if entry.cause != "info":
@@ -212,9 +213,27 @@ def timeline(incident: m.Incident, hits) -> tuple[tuple[m.Event, ...], float | N
         elif time is not None and clock_name == "boot":
             clock_name = f"boot:{event.host or path}"
         placed.append(replace(event, time=time, clock=clock_name))
-    unique = list(dict.fromkeys(placed))
+    unique = list(dict.fromkeys(_anchored(placed)))
     unique.sort(key=lambda e: (e.time is None, e.clock != "wall", e.time or 0.0, e.evidence.path, e.evidence.line))
     return tuple(unique[:MAX_EVENTS]), skew
+
+
+def _anchored(events: list[m.Event]) -> list[m.Event]:
+    """dmesg counts seconds since its host booted. Where one of its lines
+    names a process whose end another artifact dates (the kernel's OOM kill
+    of pid N, the launcher's `exitcode: -9 (pid: N)`), the two are one
+    moment: that puts every line of that boot clock on the wall clock (the
+    launcher notices a death within a second or so: within the skew)."""
+    exits = {e.pid: e.time for e in events if e.kind == "exit" and e.clock == "wall" and e.pid is not None
+             and e.time is not None}
+    offsets: dict[str, float] = {}
+    for event in events:
+        if event.clock.startswith("boot:") and event.time is not None and event.pid in exits:
+            offsets.setdefault(event.clock, exits[event.pid] - event.time)
+    if not offsets:
+        return events
+    return [replace(e, time=e.time + offsets[e.clock], clock="wall") if e.clock in offsets and e.time is not None
+            else e for e in events]
 
 
 def _dated_end(state: m.RankState, hits) -> tuple[float, str] | None:

@@ -214,3 +214,17 @@ def test_a_rank_whose_own_watchdog_says_it_is_in_a_call_is_there_though_its_host
     counters never reached it. Rank 2 is the missing one."""
     code, verdict, culprits = _verdict(_copy_plain(CORPUS / "pm_missing_rank_enqueued_behind", tmp_path))
     assert (verdict, culprits) == ("missing_rank", [2])
+
+
+def test_dmesg_is_put_on_the_wall_clock_by_the_death_another_artifact_dates(tmp_path):
+    """node-b's dmesg counts from boot; its OOM kill of pid 48215 and the
+    launcher's dated exit of that pid are one moment, which anchors the file."""
+    folder = _copy_plain(CORPUS / "pm_oom_kill_launcher_blames_knockon", tmp_path)
+    out = tmp_path / "report.json"
+    main(["analyze", str(folder), "-f", "json", "-o", str(out), "--no-plugins", "-q", "-j", "1"])
+    report = json.loads(out.read_text())
+    kernel = [e for e in report["events"] if e["evidence"]["path"].endswith("dmesg.txt")]
+    assert kernel and all(e["clock"] == "wall" for e in kernel)
+    first = [report["events"][i] for i in report["timeline"]["first_failure"]]
+    assert any(e["evidence"]["path"].endswith("dmesg.txt") and e["kind"] == "oom" for e in first)
+    assert all(e["role"] != "knock_on" for e in first)
