@@ -93,7 +93,8 @@ def build_parser(plugin_set=None) -> argparse.ArgumentParser:
                          help="stop parsing one file after this long (default 300; 0: none)")
     analyze.add_argument("--limit", action="append", default=[], metavar="NAME=VALUE", type=_limit,
                          help="change a resource ceiling: decompressed=16G (bytes out of one gzip/zstd file), "
-                              "files-per-folder=1000000, memory=12G (all processes; default 80%% of RAM); "
+                              "files-per-folder=1000000, fr-entries=1000000 (entries read per Flight "
+                              "Recorder dump), memory=12G (all processes; default 80%% of RAM); "
                               "see docs/reliability.md")
 
     replay = sub.add_parser("replay", help="re-diagnose a corpus of past incidents and compare "
@@ -144,7 +145,7 @@ def _seconds(text: str) -> float:
 
 
 _LIMIT_NAMES = {"decompressed": "decompressed_bytes", "files-per-folder": "files_per_folder",
-                "memory": "memory_bytes"}
+                "memory": "memory_bytes", "fr-entries": "fr_entries"}
 
 
 def _limit(text: str) -> tuple[str, int]:

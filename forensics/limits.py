@@ -46,6 +46,7 @@ class Limits:
     file_timeout: float | None = None
     decompressed_bytes: int = 1 * GiB
     files_per_folder: int = 1_000_000
+    fr_entries: int = 1_000_000  # entries read per Flight Recorder dump (torch's buffer default is 2,000)
     memory_bytes: int | None = None
     started: float = field(default_factory=time.monotonic)
 

@@ -130,3 +130,22 @@ def test_the_limits_are_documented():
                  "64 KiB", "512 MiB"):
         assert name in doc, name
     assert f"{limits.CLI_TIMEOUT:g} s" in doc and f"{limits.CLI_FILE_TIMEOUT:g} s" in doc
+
+
+@pytest.mark.parametrize("json_form", [False, True])
+def test_a_flight_recorder_dump_is_read_up_to_its_entry_limit(tmp_path, json_form):
+    """The newest entries are last: past the limit the oldest are dropped,
+    and the stuck call at the end is still found."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+    import gen_fr_dumps
+    from forensics.ingest import flightrecorder
+
+    paths = gen_fr_dumps.write(str(tmp_path), "missing", 2, entries=300, culprit=1, json_form=json_form)
+    whole = flightrecorder.parse(paths[0], "rank0")
+    with limits.applied(limits.Limits(fr_entries=40)):
+        capped = flightrecorder.parse(paths[0], "rank0")
+    notes = [d.message for d in capped.diagnostics if "fr-entries" in d.message]
+    assert len(notes) == 1 and "the last 40 were read" in notes[0]
+    (record,), (full,) = capped.records, whole.records
+    assert record.last_op.seq == full.last_op.seq and record.last_op.state == full.last_op.state
+    assert not [d for d in whole.diagnostics if "fr-entries" in d.message]

@@ -66,6 +66,7 @@ from itertools import compress
 from json.decoder import JSONDecodeError
 from operator import itemgetter, not_
 
+from .. import limits
 from .reader import reader_hooks
 from ..model import (DEFAULT_GROUP, P2P_OPS, CommOp, Evidence, GroupProgress, ProcessGroup,
                      ProcessRecord, StuckSignal, normalize_op)
@@ -503,6 +504,11 @@ class _Reader:
         if not isinstance(raw_entries, list):
             self.diag(f"entries is a {type(raw_entries).__name__}, not a list: no entries read")
             raw_entries = []
+        cap = limits.current().fr_entries
+        if len(raw_entries) > cap:  # the newest are last: a hang is at the end of the buffer
+            self.diag(f"{len(raw_entries):,} entries, more than the limit of {cap:,} per dump "
+                      f"(--limit fr-entries=N): the last {cap:,} were read")
+            raw_entries = raw_entries[-cap:]
 
         if raw_entries and not any(type(raw) is dict for raw in raw_entries[:_MAX_PROBE]):
             # Entries are mappings: a list of anything else is not a dump (nor
