@@ -117,23 +117,23 @@ def _own_error(state: m.RankState, hits) -> tuple[str, m.Evidence] | None:
         if entry.cause in ("crash", "oom") and entry.blames == "self" and not entry.knock_on and not ends:
             return entry.en, hit.evidence
     known = {(h.evidence.path, h.evidence.line) for h, _ in hits}
-    for evidence in state.log_events:
-        found = _EXCEPTION.search(evidence.text)
-        if found is None or (evidence.path, evidence.line) in known:
-            continue
-        name = found.group(1).rsplit(".", 1)[-1]
-        if name not in COMM_EXCEPTIONS and "Timeout" not in name:
+    for name, evidence in _exceptions(state):
+        if (evidence.path, evidence.line) not in known and name not in COMM_EXCEPTIONS and "Timeout" not in name:
             return evidence.text.strip()[:200], evidence
     return None
 
 
 def _comm_exception(state: m.RankState) -> m.Evidence | None:
     """An exception c10d raises for a communication failure, in the rank's errors."""
+    return next((evidence for name, evidence in _exceptions(state) if name in COMM_EXCEPTIONS), None)
+
+
+def _exceptions(state: m.RankState):
+    """(exception class name, its line) of each exception in the rank's errors."""
     for evidence in state.log_events:
         found = _EXCEPTION.search(evidence.text)
-        if found is not None and found.group(1).rsplit(".", 1)[-1] in COMM_EXCEPTIONS:
-            return evidence
-    return None
+        if found is not None:
+            yield found.group(1).rsplit(".", 1)[-1], evidence
 
 
 def _before(a: m.Evidence, b: m.Evidence) -> bool:
