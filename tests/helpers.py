@@ -1,6 +1,10 @@
 """Build incidents in memory, the way the snapshot reader would."""
 
+import os
+import tempfile
+
 from forensics import analyze_incident
+from forensics.ingest.textio import InputError
 from forensics.ingest import merge
 from forensics.ingest.snapshot import states_from_mapping
 from forensics.model import StuckSignal
@@ -48,3 +52,18 @@ def mutate_lines(lines, mutations, inserts):
         if not lines:
             lines = [b""]
     return lines
+
+
+def parse_bytes(reader, data: bytes, name: str):
+    """What `reader` (a reader module) makes of `data` written to a file
+    called `name`: its sniff is asked first, as discovery would; the Facts,
+    or None where the reader refuses the file with an InputError."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, name)
+        with open(path, "wb") as handle:
+            handle.write(data)
+        reader.sniff(path, data[:65536])
+        try:
+            return reader.parse(path, name)
+        except InputError:
+            return None

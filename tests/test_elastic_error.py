@@ -2,15 +2,13 @@
 string-message shape, broken files, garbage."""
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from helpers import mutate_lines
+from helpers import mutate_lines, parse_bytes
 from forensics import model as m
 from forensics.ingest import elastic_error, flightrecorder, pyspy, snapshot_plugin, stacks
 from forensics.ingest.textio import InputError, read_head
@@ -221,15 +219,9 @@ _INSERTS = {"huge": b'"message": "' + b"x" * 5_000_000 + b'",',
 
 
 def _parse_checked(data: bytes) -> None:
-    with tempfile.TemporaryDirectory() as folder:
-        target = os.path.join(folder, "error.json")
-        with open(target, "wb") as handle:
-            handle.write(data)
-        elastic_error.sniff(target, data[:65536])
-        try:
-            facts = elastic_error.parse(target, "error.json")
-        except InputError:
-            return
+    facts = parse_bytes(elastic_error, data, "error.json")
+    if facts is None:
+        return
     total = data.count(b"\n") + 1
     for record in facts.records:
         assert 1 <= record.evidence.line <= total and isinstance(record.evidence.text, str)

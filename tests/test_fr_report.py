@@ -2,8 +2,6 @@
 2.13's analyzer, the corpus's and shared samples' real outputs, the tutorial's,
 older wordings from the analyzer's source, garbage."""
 
-import os
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -11,11 +9,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import CORPUS, ROOT, SAMPLES
-from helpers import mutate_lines
+from helpers import mutate_lines, parse_bytes
 from forensics import analyze_incident, messages
 from forensics import model as m
 from forensics.ingest import fr_report, merge
-from forensics.ingest.textio import InputError, read_head
+from forensics.ingest.textio import read_head
 from forensics.model import Artifact
 from forensics.plugins import Plugins
 
@@ -326,15 +324,9 @@ _INSERTS = {"huge": b"missing ranks: {" + b"1, " * 3_000_000 + b"}",
 
 
 def _parse_checked(data: bytes) -> None:
-    with tempfile.TemporaryDirectory() as folder:
-        target = os.path.join(folder, "fr.txt")
-        with open(target, "wb") as handle:
-            handle.write(data)
-        fr_report.sniff(target, data[:65536])
-        try:
-            facts = fr_report.parse(target, "fr.txt")
-        except InputError:
-            return
+    facts = parse_bytes(fr_report, data, "fr.txt")
+    if facts is None:
+        return
     total = data.count(b"\n") + 1
     for hit in facts.messages:
         assert hit.id.startswith("fr-analyzer-") and 1 <= hit.evidence.line <= total

@@ -2,16 +2,14 @@
 Gloo job, pystack's own documented outputs, odd forms from its formatter, garbage."""
 
 import json
-import os
 import re
-import tempfile
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from helpers import mutate_lines
+from helpers import mutate_lines, parse_bytes
 from forensics import model as m
 from forensics.ingest import gdb, pyspy, pystack, stacks
 from forensics.ingest.textio import InputError, read_head
@@ -349,15 +347,9 @@ def test_random_bytes_never_crash(data):
 
 
 def _parse_checked(data: bytes) -> None:
-    with tempfile.TemporaryDirectory() as folder:
-        target = os.path.join(folder, "fuzz.txt")
-        with open(target, "wb") as handle:
-            handle.write(data)
-        pystack.sniff(target, data[:65536])
-        try:
-            facts = pystack.parse(target, "fuzz.txt")
-        except InputError:
-            return
+    facts = parse_bytes(pystack, data, "fuzz.txt")
+    if facts is None:
+        return
     total = data.count(b"\n") + 1
     for process in facts.processes:
         assert _plain(process)
