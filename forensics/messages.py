@@ -256,16 +256,20 @@ class Catalogue:
 def hits(lines, display: str, first_line: int = 1, rank: int | None = None, host: str = "",
          pid: int | None = None, local_rank: int | None = None) -> list[MessageHit]:
     """MessageHits for `lines` (an iterable of str), numbered from `first_line`."""
-    cat = catalogue()
-    out = []
-    for number, line in enumerate(lines, first_line):
-        for entry, facts in cat.match(line):
-            out.append(MessageHit(entry.id, _fact_items(facts), Evidence(display, number, line.strip()[:2000]),
-                                  rank, host, pid, local_rank))
-    return out
+    return [hit for number, line in enumerate(lines, first_line)
+            for hit in line_hits(line, Evidence(display, number, line.strip()[:2000]), rank, host, pid, local_rank)]
 
 
-def _fact_items(facts: dict) -> tuple:
+def line_hits(line: str, evidence: Evidence, rank: int | None = None, host: str = "", pid: int | None = None,
+              local_rank: int | None = None) -> list[MessageHit]:
+    """The catalogue's hits on one line (its text without the prefixes a
+    reader took off), each citing `evidence` (the line as printed)."""
+    return [MessageHit(entry.id, fact_items(facts), evidence, rank, host, pid, local_rank)
+            for entry, facts in catalogue().match(line)]
+
+
+def fact_items(facts: dict) -> tuple:
+    """Facts as MessageHit keeps them: (name, value) pairs, sorted."""
     return tuple(sorted(facts.items()))
 
 

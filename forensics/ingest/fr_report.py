@@ -61,6 +61,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from ..messages import fact_items
 from ..model import Evidence, MessageHit, ProcessGroup, normalize_op
 from .facts import Facts
 from .reader import reader_hooks
@@ -283,10 +284,10 @@ class _Reader:
                 return
         if block.culprits:
             facts["ranks"] = tuple(sorted({f["rank"] for _, f, _ in block.culprits if "rank" in f}))
-        self.hits.append(MessageHit(block.entry_id, _items(facts), block.evidence))
+        self.hits.append(MessageHit(block.entry_id, fact_items(facts), block.evidence))
         context = {k: facts[k] for k in ("seq", "group", "group_desc", "op", "transport") if k in facts}
         for entry_id, culprit, evidence in block.culprits:
-            self.hits.append(MessageHit(entry_id, _items({**context, **culprit}), evidence))
+            self.hits.append(MessageHit(entry_id, fact_items({**context, **culprit}), evidence))
 
     # -- the analyzer's own traceback
 
@@ -408,7 +409,7 @@ class _Reader:
         facts = dict(facts)
         if entry_id == "fr-analyzer-too-many-mismatches" and "group" in facts:
             facts["group"] = self._uid(facts["group"])
-        return MessageHit(entry_id, _items(facts), self._evidence(number, line))
+        return MessageHit(entry_id, fact_items(facts), self._evidence(number, line))
 
     def _uid(self, guid: str) -> str:
         """A group guid (`<name><hash(frozenset(ranks))>`) back to its name,
@@ -477,8 +478,6 @@ def _ranks(text: str) -> tuple[int, ...]:
     return tuple(sorted({int(n) for n in _NUMBER.findall(text)}))
 
 
-def _items(facts: dict) -> tuple:
-    return tuple(sorted(facts.items()))
 
 
 def parse(path: str, display: str) -> Facts:

@@ -81,7 +81,7 @@ from typing import Iterable, Iterator, NamedTuple
 from .. import lazy
 from .reader import reader_hooks
 from .. import messages
-from ..model import CommOp, Evidence, GroupProgress, MessageHit, ProcessRecord, normalize_op
+from ..model import CommOp, Evidence, GroupProgress, ProcessRecord, normalize_op
 from .facts import Facts
 from .cache import BoundedCache as _Cache
 from .grammar import parser
@@ -1358,10 +1358,8 @@ class _Reader:
         if len(self.facts.messages) >= MAX_STATED:
             return
         text = _text(seg)
-        for entry, found in messages.catalogue().match(text):
-            self.facts.messages.append(MessageHit(entry.id, tuple(sorted(found.items())),
-                                                  Evidence(self.display, self.out(number), text),
-                                                  proc.rank, proc.host, proc.pid, proc.local))
+        self.facts.messages.extend(messages.line_hits(text, Evidence(self.display, self.out(number), text),
+                                                      proc.rank, proc.host, proc.pid, proc.local))
 
     def _warn(self, proc: _Proc, number: int, seg: bytes, tid: int, kind: str, f: dict) -> None:
         ranks: tuple = ()

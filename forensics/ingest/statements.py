@@ -70,16 +70,15 @@ def parse(artifact) -> Facts:
         rank, local_rank, host, pid, body = _prefixes(line, labels)
         if rank is None and local_rank is None and in_path is not None and (in_path.strength == STRONG or pid is None):
             rank = in_path.rank  # a weak trailing number yields to the line's pid (a pid map places it)
-        for entry, found in cat.match(body):
-            hit = MessageHit(entry.id, tuple(sorted(found.items())), Evidence(artifact.display, number, line.strip()[:2000]),
-                             rank, host, pid, local_rank)
-            bucket = kept.setdefault(entry.id, [])
+        for hit in messages.line_hits(body, Evidence(artifact.display, number, line.strip()[:2000]),
+                                      rank, host, pid, local_rank):
+            bucket = kept.setdefault(hit.id, [])
             if len(bucket) < KEEP_PER_ENTRY:
                 bucket.append(hit)
             else:  # keep the first half and a sliding last half
                 bucket.pop(KEEP_PER_ENTRY // 2)
                 bucket.append(hit)
-                dropped[entry.id] = dropped.get(entry.id, 0) + 1
+                dropped[hit.id] = dropped.get(hit.id, 0) + 1
     for entry_id, count in dropped.items():
         facts.diag(0, f"{count} more lines of message {entry_id} not kept (the first and last "
                       f"{KEEP_PER_ENTRY // 2} are)", "info")

@@ -69,7 +69,7 @@ from typing import NamedTuple
 from .. import lazy
 from .reader import reader_hooks
 from .. import messages
-from ..model import (DEFAULT_GROUP, CommOp, Evidence, GroupProgress, MessageHit, ProcessGroup, ProcessRecord,
+from ..model import (DEFAULT_GROUP, CommOp, Evidence, GroupProgress, ProcessGroup, ProcessRecord,
                      StuckSignal, normalize_op)
 from .facts import Facts
 from .cache import BoundedCache as _Cache
@@ -1334,12 +1334,10 @@ class _Reader:
         local = value if kind == "local" else None
         pid = value if kind == "pid" else (proc.pid if proc is not None else None)
         host = proc.host if proc is not None else ""
-        cat = messages.catalogue()
         for body, full, number in zip(record.bodies, record.fulls, record.numbers):
-            for entry, found in cat.match(body):
-                self.facts.messages.append(MessageHit(
-                    entry.id, tuple(sorted(found.items())),
-                    Evidence(self.display, number, full.rstrip()[:EVIDENCE_CHARS]), rank, host, pid, local))
+            evidence = Evidence(self.display, number, full.rstrip()[:EVIDENCE_CHARS])
+            for hit in messages.line_hits(body, evidence, rank, host, pid, local):
+                self.facts.messages.append(hit)
                 self.hit_keys.append((len(self.facts.messages) - 1, record.key))
 
     def _unrecognized(self, record: _Pending, why: _Unreadable) -> None:
