@@ -174,16 +174,14 @@ def _role(hit, entry) -> str:
 
 def timeline(incident: m.Incident, hits) -> tuple[tuple[m.Event, ...], float | None]:
     """Every dated event, on one clock, and the bound on host skew left."""
-    pid_rank = {(s.host, s.pid): r for r, s in incident.ranks.items() if s.pid is not None}
     raw: list[tuple[m.Event, str]] = []
     sync: dict[tuple, list] = defaultdict(list)  # a moment several hosts log: (entry, facts) → events
     for hit, entry in hits:
         found = clock.stamp(hit.evidence.text)
         host = hit.host or _host_of(incident, hit.rank)
-        rank = hit.rank if hit.rank is not None else pid_rank.get((hit.host, hit.pid))
         pid = hit.pid if hit.pid is not None else (hit.fact("pid") if entry.blames == "self" else None)
         event = m.Event(found[0] if found else None, found[1] if found else "", entry.cause, _role(hit, entry),
-                        hit.evidence, host, rank, pid, entry.id)
+                        hit.evidence, host, hit.rank, pid, entry.id)
         if entry.cause == "info" and hit.fact("comm_id") and found:
             sync[(entry.id, hit.fact("comm_id"))].append(event)
         if entry.cause != "info":
