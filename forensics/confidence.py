@@ -98,10 +98,9 @@ def would_decide(report) -> tuple[tuple[str, ...], tuple[str, ...]]:
         return (("stack dumps (py-spy dump --pid PID) or the c10d / NCCL logs of the ranks",),
                 ("各 Rank 的栈（py-spy dump --pid PID）或 c10d / NCCL 日志",))
     out, out_zh = [], []
+    silent = set(silent_ranks(incident))
     for group in sorted({s.current_op.group or "0" for s in incident.ranks.values() if s.is_blocked}):
-        members = incident.members(group)
-        described = {r for r, s in incident.ranks.items() if r not in silent_ranks(incident)}
-        absent = [r for r in members if r not in described]
+        absent = [r for r in incident.members(group) if r not in incident.ranks or r in silent]
         pg = incident.groups.get(group)
         if absent:
             out.append(f"stack dumps or logs of rank {compact(absent)} (members of group {group} with nothing read)")
