@@ -52,7 +52,8 @@ def _by_shape(report) -> Confidence:
         return Confidence("high", "the ranks' own records show different calls at the same position of one group",
                           "各 Rank 自己的记录显示同一组的同一位置上调用不同")
     if verdict in ("missing_rank", "dead_rank", "network_fault"):
-        implied = [r for r in report.culprit_ranks if r in silent and IMPLIED in incident.ranks[r].why]
+        silent_set = set(silent)
+        implied = [r for r in report.culprit_ranks if r in silent_set and IMPLIED in incident.ranks[r].why]
         if implied:
             return Confidence(
                 "low", f"rank {compact(implied)} is only known to exist because higher ranks do (ranks run from 0); "
