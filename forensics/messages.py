@@ -188,6 +188,11 @@ def _signal(text: str) -> str:
 # ---------------------------------------------------------------- the catalogue
 
 
+_MASK_DIGITS = str.maketrans("123456789", "000000000")
+_HAS_DIGIT = re.compile(r"\d")
+_SHAPES_KEPT = 4096  # line shapes whose candidate entries are kept
+
+
 class Catalogue:
     """Every entry, and a matcher that tries only entries whose literals a line holds."""
 
@@ -200,6 +205,8 @@ class Catalogue:
             for literal in entry.match:
                 by_literal.setdefault(literal, []).append(entry)
         self._by_literal = by_literal
+        self._digit_literals = [(literal, es) for literal, es in by_literal.items() if _HAS_DIGIT.search(literal)]
+        self._shapes: dict[str, tuple] = {}
         self._any_pattern = None
 
     @property
@@ -222,15 +229,32 @@ class Catalogue:
         return self._any is not None and self._any.search(text) is not None
 
     def candidates(self, line: str) -> list[Entry]:
-        """Entries one of whose literals the line holds, in catalogue order."""
-        if self._any is None or self._any.search(line) is None:
-            return []
-        found = {id(e): e for literal, es in self._by_literal.items() if literal in line for e in es}
+        """Entries one of whose literals the line holds, in catalogue order.
+
+        A log repeats a few line shapes with other numbers: which digit-free
+        literals a line holds depends only on its shape (digits masked), so
+        that answer is kept per shape; the few literals with digits are
+        looked for in every line."""
+        shape = line.translate(_MASK_DIGITS)
+        plain = self._shapes.get(shape)
+        if plain is None:
+            if len(self._shapes) >= _SHAPES_KEPT:
+                self._shapes.clear()
+            plain = self._shapes[shape] = (
+                () if self._any is None or self._any.search(line) is None
+                else tuple({id(e): e for literal, es in self._by_literal.items()
+                            if literal in line and not _HAS_DIGIT.search(literal) for e in es}.values()))
+        found = {id(e): e for e in plain}
+        found.update((id(e), e) for literal, es in self._digit_literals if literal in line for e in es)
         return sorted(found.values(), key=lambda e: self._order[e.id])
 
-    def match(self, line: str) -> list[tuple[Entry, dict]]:
+    def match(self, line: str, skip=frozenset()) -> list[tuple[Entry, dict]]:
+        """(entry, facts) of every entry whose patterns match the line; the
+        ids in `skip` (entries a reader has kept enough of) are not tried."""
         out = []
         for entry in self.candidates(line):
+            if entry.id in skip:
+                continue
             facts = entry.extract(line)
             if facts is not None:
                 out.append((entry, facts))
@@ -261,11 +285,32 @@ def hits(lines, display: str, first_line: int = 1, rank: int | None = None, host
 
 
 def line_hits(line: str, evidence: Evidence, rank: int | None = None, host: str = "", pid: int | None = None,
-              local_rank: int | None = None) -> list[MessageHit]:
+              local_rank: int | None = None, skip=frozenset()) -> list[MessageHit]:
     """The catalogue's hits on one line (its text without the prefixes a
-    reader took off), each citing `evidence` (the line as printed)."""
+    reader took off), each citing `evidence` (the line as printed); entries
+    in `skip` are not tried."""
     return [MessageHit(entry.id, fact_items(facts), evidence, rank, host, pid, local_rank)
-            for entry, facts in catalogue().match(line)]
+            for entry, facts in catalogue().match(line, skip)]
+
+
+class Kept:
+    """How many hits of each entry a reader kept: at most `limit` (the first)
+    per entry, so that a flood of one message never crowds out another."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.counts: dict[str, int] = {}
+        self.full: set[str] = set()
+
+    def take(self, hit: MessageHit) -> bool:
+        """Whether to keep `hit` (counted when kept)."""
+        count = self.counts.get(hit.id, 0)
+        if count >= self.limit:
+            return False
+        self.counts[hit.id] = count + 1
+        if count + 1 >= self.limit:
+            self.full.add(hit.id)
+        return True
 
 
 def fact_items(facts: dict) -> tuple:

@@ -171,3 +171,18 @@ def test_a_folder_holding_any_one_catalogued_line_never_exits_2(tmp_path):
         if code not in (0, 1):
             refused.append(entry.id)
     assert not refused
+
+
+def test_a_flood_of_one_message_never_hides_another_at_the_end_of_a_log(tmp_path):
+    """Readers keep a bounded number of hits per message, not per file: the
+    watchdog timeout after 600 repeated lines of another message is read."""
+    from forensics.ingest import torchlog
+
+    flood = messages.catalogue().get("c10d-nccl-teardown").example
+    timeout = messages.catalogue().get("c10d-nccl-watchdog-timeout").example
+    path = tmp_path / "rank3.log"
+    path.write_text("\n".join([flood] * 600 + [timeout]) + "\n", encoding="utf-8")
+    facts = torchlog.parse(str(path), "rank3.log")
+    ids = [h.id for h in facts.messages]
+    assert ids.count("c10d-nccl-teardown") == torchlog.MAX_STATED
+    assert "c10d-nccl-watchdog-timeout" in ids and facts.messages[-1].evidence.line == 601

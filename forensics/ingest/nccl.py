@@ -131,7 +131,7 @@ _BOOTSTRAP = re.compile(rb"Bootstrap ?: ?Using")
 # Lines whose text the message catalogue reads too (rules/messages/): the
 # rest (COLL, ring, init lines) this reader reads itself, and there are many.
 _STATED_RULES = frozenset({"warn_line", "misc_line"})
-MAX_STATED = 512  # catalogued lines kept per file
+MAX_STATED = 64  # lines of one catalogue entry kept per file (the first): others' are never crowded out
 _END_EVENT = (b"- Init ", b"- Abort ", b"- Destroy ", b"- Revoke ")
 # Every number of a message: hex after opCount/busId and inside brackets,
 # 0x addresses, decimals (with their sign). Each becomes one NUL.
@@ -1137,6 +1137,7 @@ class _Reader:
     def __init__(self, facts: Facts, display: str):
         self.facts = facts
         self.display = display
+        self.stated = messages.Kept(MAX_STATED)
         self.procs: dict[tuple, _Proc] = {}
         self.coll_lines = 0
         self.last_line = 0       # set by _chunks
@@ -1355,11 +1356,10 @@ class _Reader:
 
     def _stated(self, proc: _Proc, number: int, seg: bytes) -> None:
         """What the message catalogue recognizes in a WARN or identity line."""
-        if len(self.facts.messages) >= MAX_STATED:
-            return
         text = _text(seg)
-        self.facts.messages.extend(messages.line_hits(text, Evidence(self.display, self.out(number), text),
-                                                      proc.rank, proc.host, proc.pid, proc.local))
+        self.facts.messages.extend(hit for hit in messages.line_hits(
+            text, Evidence(self.display, self.out(number), text), proc.rank, proc.host, proc.pid, proc.local,
+            self.stated.full) if self.stated.take(hit))
 
     def _warn(self, proc: _Proc, number: int, seg: bytes, tid: int, kind: str, f: dict) -> None:
         ranks: tuple = ()

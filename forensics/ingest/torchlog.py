@@ -93,7 +93,7 @@ RECENT_OPS = 3
 WRAP_MIN = 60                # a hard-wrapped line is at least this long
 MAX_WRAP_CHECKS = 20_000     # parses spent per file on telling wraps from other output
 EVIDENCE_CHARS = 2000
-MAX_STATED = 512             # lines the message catalogue recognizes, kept per file
+MAX_STATED = 64              # lines of one catalogue entry kept per file (the first): others' are never crowded out
 MAX_GLUED = 8                # log lines looked for inside one line of other output
 
 # ---------------------------------------------------------------- sniffing
@@ -985,6 +985,7 @@ class _Reader:
         self.local_size: dict = {}  # stream → its nproc_per_node
         self.worlds: list[tuple[int, int, str]] = []  # (world size, line, what states it)
         self.hit_keys: list[tuple] = []  # (index in facts.messages, record key): a hit's rank once known
+        self.stated = messages.Kept(MAX_STATED)
         self.owner: dict[tuple, tuple] = {}
         self.open: dict[tuple, _Pending] = {}
         self.last: _Pending | None = None
@@ -1326,8 +1327,6 @@ class _Reader:
 
     def _stated(self, record: _Pending) -> None:
         """What the message catalogue recognizes in the record's lines."""
-        if len(self.facts.messages) >= MAX_STATED:
-            return
         kind, value = record.key if isinstance(record.key, tuple) and len(record.key) == 2 else (None, None)
         proc = self.procs.get(record.key)
         rank = value if kind == "rank" else None
@@ -1336,9 +1335,10 @@ class _Reader:
         host = proc.host if proc is not None else ""
         for body, full, number in zip(record.bodies, record.fulls, record.numbers):
             evidence = Evidence(self.display, number, full.rstrip()[:EVIDENCE_CHARS])
-            for hit in messages.line_hits(body, evidence, rank, host, pid, local):
-                self.facts.messages.append(hit)
-                self.hit_keys.append((len(self.facts.messages) - 1, record.key))
+            for hit in messages.line_hits(body, evidence, rank, host, pid, local, self.stated.full):
+                if self.stated.take(hit):
+                    self.facts.messages.append(hit)
+                    self.hit_keys.append((len(self.facts.messages) - 1, record.key))
 
     def _unrecognized(self, record: _Pending, why: _Unreadable) -> None:
         self.facts.unrecognized += 1
