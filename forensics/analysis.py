@@ -40,6 +40,12 @@ class Report:
     confidence: Confidence | None = None
 
     @property
+    def named_processes(self) -> list:
+        """The culprits to list as processes: all of them once any is known
+        by something other than a rank number (else the ranks say it all)."""
+        return self.culprits if any(c.rank is None for c in self.culprits) else []
+
+    @property
     def exit_code(self) -> int:
         return 1 if self.verdict in PROBLEM_VERDICTS else 0
 

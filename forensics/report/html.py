@@ -143,7 +143,7 @@ def _header(report, data, t, excerpts) -> str:
     cycles = "".join(f'<div class="cycle">{escape(t["cycle"])}: {escape(path_label(c))}</div>'
                      for c in report.cycles[:5])
     headline = data["root_cause"]["narrative"].split("\n", 1)[0]
-    named = report.culprits if any(c.rank is None for c in report.culprits) else []
+    named = report.named_processes
     processes = (f'<div class="processes">{escape(t["processes"])}: '
                  + escape("; ".join(c.label() for c in named[:8])) + "</div>") if named else ""
     sure = data.get("confidence")

@@ -136,7 +136,7 @@ def blocks(report, lang: str = "en") -> list:
                     "verdict.problem" if report.exit_code else "verdict.ok"))
     for cycle in report.cycles[:5]:
         out.append(Line(("环路: " if zh else "cycle: ") + path_label(cycle), "cycle"))
-    named = report.culprits if any(c.rank is None for c in report.culprits) else []
+    named = report.named_processes
     if named:
         out.append(Line(("罪魁进程: " if zh else "culprit processes: ")
                         + "; ".join(c.label() for c in named[:8]) + (" …" if len(named) > 8 else ""), "narrative"))
