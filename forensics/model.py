@@ -241,6 +241,17 @@ def is_p2p(op: str) -> bool:
     return op in P2P_OPS
 
 
+# The most global ranks a job is taken to have: ten times the largest
+# clusters our users run. A larger rank number or world size in an artifact
+# is not believed (a diagnostic names it): filling in the ranks below it, or
+# a member list of that size, would take memory without bound.
+MAX_RANKS = 1 << 20
+
+
+def plausible_rank(value: int) -> bool:
+    return 0 <= value < MAX_RANKS
+
+
 DEFAULT_GROUP = "0"  # c10d's default_pg; snapshots and dumps that name no group mean it
 
 

@@ -149,3 +149,77 @@ def test_a_flight_recorder_dump_is_read_up_to_its_entry_limit(tmp_path, json_for
     (record,), (full,) = capped.records, whole.records
     assert record.last_op.seq == full.last_op.seq and record.last_op.state == full.last_op.state
     assert not [d for d in whole.diagnostics if "fr-entries" in d.message]
+
+
+def _bounded_analyze(folder, address_space=3 << 30):
+    """`forensics analyze` in a child whose address space is capped: an
+    input that made it allocate per rank number fails here (MemoryError,
+    exit 2) instead of taking the machine's memory."""
+    import resource
+
+    def cap():
+        resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
+
+    proc = subprocess.run([sys.executable, "-m", "forensics", "analyze", str(folder), "-f", "json", "--no-plugins",
+                           "-q", "--hung"], capture_output=True, text=True, preexec_fn=cap, timeout=300)
+    assert proc.returncode in (0, 1), proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_a_communicator_of_a_trillion_ranks_is_not_believed(tmp_path):
+    """An NCCL init line is the only statement of a communicator's size; a
+    corrupt one must not become a member list of that length."""
+    (tmp_path / "rank0.nccl.log").write_text(
+        "node1:4101:4101 [0] NCCL INFO comm 0x55d0c0a0 rank 0 nranks 999999999999 cudaDev 0 nvmlDev 0 "
+        "busId 1000 commId 0x1234abcd - Init START\n"
+        "node1:4101:4101 [0] NCCL INFO comm 0x55d0c0a0 rank 0 nranks 999999999999 cudaDev 0 busId 1000 "
+        "commId 0x1234abcd - Init COMPLETE\n")
+    report = _bounded_analyze(tmp_path)
+    notes = _messages(report, "rank0.nccl.log")
+    assert any("999999999999 ranks is not believed" in n and "1,048,576" in n for n in notes), notes
+    assert [d["line"] for d in report["diagnostics"] if "not believed" in d["message"]][0] in (1, 2)
+
+
+def test_a_rank_number_of_48_digits_in_a_rank_map_is_named_not_filled_in(tmp_path):
+    """The rank map the fuzzer found: ranks below the highest known are
+    filled in as silent, which for a 48-digit rank meant counting to it."""
+    (tmp_path / "ranks.json").write_text('{\n "ranks": {\n  "777777777777777777777777777777777777777777777770": '
+                                         '{\n   "pid": 286  }}\n}\n')
+    (tmp_path / "ranks.yaml").write_text("2:\n  pid: 4102\n  host: node1\n")
+    report = _bounded_analyze(tmp_path)
+    notes = _messages(report, "ranks.json")
+    assert any("is not a rank number" in n for n in notes), notes
+    assert [d["line"] for d in report["diagnostics"] if "is not a rank number" in d["message"]] == [3]
+    assert sorted(map(int, report["ranks"])) == [0, 1, 2]  # rank 2's map still implies 0 and 1
+
+
+def test_a_world_size_beyond_the_ceiling_is_not_taken(tmp_path):
+    (tmp_path / "launcher.log").write_text(
+        "[rank0]: WORLD_SIZE=9999999\n"
+        "[rank0]:[E1201 10:00:00.000000000 ProcessGroupNCCL.cpp:632] [Rank 0] Watchdog caught collective "
+        "operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) "
+        "ran for 600001 milliseconds before timing out.\n")
+    report = _bounded_analyze(tmp_path)
+    assert any("world size of 9999999" in n for n in _messages(report, "launcher.log")), report["diagnostics"]
+
+
+def _laughs(last_line: str) -> str:
+    """Nine levels of nine aliases: 9⁹ strings once walked, 1 KiB as text."""
+    lines = ['a0: &a0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    lines += [f"a{i}: &a{i} [" + ",".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 10)]
+    return "\n".join(lines + [last_line]) + "\n"
+
+
+@pytest.mark.parametrize("name, last_line, what", [
+    ("ranks.yaml", '"3": {pid: 1234, host: *a9}', "a rank map"),
+    ("snapshot.yaml", "ranks: {0: {current_op: allreduce, waiting_for_ranks: *a9}}", "a snapshot"),
+])
+def test_a_yaml_bomb_is_refused_before_it_is_built(tmp_path, name, last_line, what):
+    (tmp_path / name).write_text(_laughs(last_line))
+    _incident(tmp_path / "dumps")
+    report = _bounded_analyze(tmp_path, address_space=1 << 30)
+    notes = [d for d in report["diagnostics"] if os.path.basename(d["path"]) == name]
+    assert [(d["line"], d["message"]) for d in notes] == [
+        (1, f"YAML anchors and aliases are not read (anchor &a0): {what} never needs them, "
+            f"and they can make a small file expand without bound")], notes
+    assert report["verdict"] == "deadlock"  # the rest of the folder still decides

@@ -612,10 +612,14 @@ def _add_silent_ranks(ranks: dict, groups: dict, listed: dict, world: World | No
     if world is not None:
         members = {r for r in members if not world.excludes(r)}
     known = set(listed) | members | set(ranks)
-    below = set(range(max(known) + 1)) - known if known and max(known) >= 0 else set()
-    implied = below if len(below) <= max(MAX_IMPLIED, len(known)) else set()
+    top = max(known) if known else -1
+    # How many ranks below the highest are missing, counted without listing
+    # them: the highest may be a number no job has (a corrupt file).
+    gaps = top + 1 - sum(1 for r in known if 0 <= r <= top) if top >= 0 else 0
+    implied = (set(range(top + 1)) - known
+               if 0 < gaps <= max(MAX_IMPLIED, len(known)) and m.plausible_rank(top) else set())
     for rank in sorted((set(listed) | members | implied) - set(ranks)):
-        if rank < 0:
+        if not m.plausible_rank(rank):
             continue
         host, pid, evidence = listed.get(rank, ("", None, None))
         if evidence:

@@ -14,7 +14,7 @@ import os
 
 from .. import lazy
 from .reader import reader_hooks
-from ..model import Evidence
+from ..model import MAX_RANKS, Evidence, plausible_rank
 from .facts import Facts
 from .textio import InputError, read_text
 
@@ -31,8 +31,11 @@ def parse(path: str, display: str) -> Facts:
     text = read_text(path)
     facts = Facts(KIND, display)
     try:
-        data = json.loads(text) if text.lstrip().startswith("{") else lazy.yaml.load(
-            text, Loader=lazy.yaml_safe_loader())
+        if text.lstrip().startswith("{"):
+            data = json.loads(text)
+        else:
+            _refuse_anchors(text, display)
+            data = lazy.yaml.load(text, Loader=lazy.yaml_safe_loader())
     except json.JSONDecodeError as exc:
         raise InputError(display, f"invalid JSON: {exc.msg}", exc.lineno) from None
     except lazy.yaml.MarkedYAMLError as exc:
@@ -52,6 +55,10 @@ def parse(path: str, display: str) -> Facts:
         key_text = str(key)
         if not key_text.lstrip("-").isdigit():
             continue
+        if not key_text.isdigit() or not plausible_rank(int(key_text)):
+            facts.diag(_line_of(lines, key_text), f"rank {key_text[:40]}{'…' if len(key_text) > 40 else ''} "
+                                                  f"is not a rank number (0 to {MAX_RANKS - 1:,}); its entry is not used")
+            continue
         pid, host = (value.get("pid"), str(value.get("host") or "")) if isinstance(value, dict) else (value, "")
         if not isinstance(pid, int) or isinstance(pid, bool):
             facts.diag(_line_of(lines, key_text), f"rank {key_text}: pid must be an integer, got {pid!r}")
@@ -60,6 +67,13 @@ def parse(path: str, display: str) -> Facts:
         facts.pid_ranks.append((host, pid, int(key_text),
                                 Evidence(display, line, lines[line - 1].strip() if line else key_text)))
     return facts
+
+
+def _refuse_anchors(text: str, display: str) -> None:
+    found = lazy.yaml_anchor(text)
+    if found is not None:
+        raise InputError(display, f"YAML anchors and aliases are not read ({found[2]}): a rank map never needs "
+                                  f"them, and they can make a small file expand without bound", found[0])
 
 
 def _line_of(lines: list[str], key: str) -> int:

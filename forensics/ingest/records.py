@@ -26,13 +26,21 @@ def groups_from_comms(comm_members, pid_rank) -> tuple[dict[str, ProcessGroup], 
     """
     by_group: dict[str, dict[int, int | None]] = defaultdict(dict)
     sizes: dict[str, int] = {}
+    cited: dict[str, m.Evidence] = {}
     diagnostics = []
     for group, comm_rank, size, host, pid, evidence in comm_members:
         sizes[group] = size
+        cited[group] = evidence
         by_group[group][comm_rank] = pid_rank(host, pid)
     groups = {}
     for group, members in by_group.items():
         size = sizes[group]
+        if not m.plausible_rank(size - 1):
+            where = cited.get(group)
+            diagnostics.append(Diagnostic(where.path if where else "", where.line if where else 0,
+                                          f"communicator {group}: a size of {size} ranks is not believed "
+                                          f"(at most {m.MAX_RANKS:,}); its members are not listed", "warning"))
+            continue
         known = [members.get(i) for i in range(size)]
         if all(r is not None for r in known):
             groups[group] = ProcessGroup(group, "", tuple(known))

@@ -69,8 +69,8 @@ from typing import NamedTuple
 from .. import lazy
 from .reader import reader_hooks
 from .. import messages
-from ..model import (DEFAULT_GROUP, CommOp, Evidence, GroupProgress, ProcessGroup, ProcessRecord,
-                     StuckSignal, normalize_op)
+from ..model import (DEFAULT_GROUP, MAX_RANKS, CommOp, Evidence, GroupProgress, ProcessGroup, ProcessRecord,
+                     StuckSignal, normalize_op, plausible_rank)
 from .facts import Facts
 from .cache import BoundedCache as _Cache
 from .grammar import parser
@@ -1286,6 +1286,8 @@ class _Reader:
             if len(groups) != 1 or not size:
                 return None
             group = next(iter(groups))
+            if not plausible_rank(group * size + size - 1):
+                return None
             return {local: group * size + local for local in range(size)}
         latest = attempts[max(attempts)]
         if len(latest) > 1:
@@ -1523,8 +1525,13 @@ class _Reader:
         job may restart with fewer nodes)."""
         if not self.worlds:
             return None
-        sizes = sorted({size for size, _, _ in self.worlds})
         size, line, what = self.worlds[-1]
+        if not plausible_rank(size - 1):
+            if size > 0:
+                self.facts.diag(line, f"a world size of {size} ({what}) is not believed "
+                                      f"(at most {MAX_RANKS:,} ranks); no world size is taken from this file")
+            return None
+        sizes = sorted({size for size, _, _ in self.worlds})
         if len(sizes) > 1:
             self.facts.diag(line, f"this file states world sizes {', '.join(map(str, sizes))}: the latest, "
                                   f"{size} ({what}), is used", "info")
