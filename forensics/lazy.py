@@ -39,3 +39,15 @@ def yaml_safe_loader():
     """libyaml's safe loader when PyYAML was built with it (the same YAML,
     parsed in C), else PyYAML's own. Reading it imports PyYAML."""
     return getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def yaml_anchor(text: str):
+    """The first anchor or alias in a YAML text, as (line, column, "alias
+    *x" or "anchor &x"), else None. Only the event stream is scanned
+    (nothing is built): aliases are how a small YAML file expands to
+    gigabytes once walked, and no input of ours needs them."""
+    for event in yaml.parse(text, Loader=yaml_safe_loader()):
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+            what = f"alias *{event.anchor}" if isinstance(event, yaml.AliasEvent) else f"anchor &{event.anchor}"
+            return event.start_mark.line + 1, event.start_mark.column + 1, what
+    return None

@@ -63,11 +63,15 @@ def find_incidents(root: str) -> list[str]:
 def load_expected(path: str) -> dict:
     try:
         with open(path, encoding="utf-8") as handle:
-            data = lazy.yaml.load(handle, Loader=lazy.yaml_safe_loader())
+            text = handle.read()
+        found = lazy.yaml_anchor(text)
+        if found is not None:
+            raise InputError(path, f"YAML anchors and aliases are not read ({found[2]})", found[0])
+        data = lazy.yaml.load(text, Loader=lazy.yaml_safe_loader())
     except lazy.yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         raise InputError(path, f"invalid YAML: {exc.problem}", mark.line + 1 if mark else 0) from None
-    except (OSError, lazy.yaml.YAMLError) as exc:
+    except (OSError, UnicodeDecodeError, lazy.yaml.YAMLError, RecursionError) as exc:
         raise InputError(path, f"cannot read: {exc}") from None
     if not isinstance(data, dict) or "verdict" not in data:
         raise InputError(path, "expected.yaml must be a mapping with at least 'verdict'", 1)

@@ -287,11 +287,10 @@ def _yaml_problem(exc: lazy.yaml.MarkedYAMLError) -> str:
 def _refuse_anchors(text: str, display: str) -> None:
     """Scan the event stream (nothing is built) for anchors and aliases: a
     rule file never needs them, and they are how YAML bombs expand."""
-    for event in lazy.yaml.parse(text, Loader=lazy.yaml_safe_loader()):
-        if isinstance(event, lazy.yaml.AliasEvent) or getattr(event, "anchor", None):
-            line, col = event.start_mark.line + 1, event.start_mark.column + 1
-            what = f"alias *{event.anchor}" if isinstance(event, lazy.yaml.AliasEvent) else f"anchor &{event.anchor}"
-            raise RuleError(display, line, col, f"YAML anchors and aliases are not allowed in rule files ({what})")
+    found = lazy.yaml_anchor(text)
+    if found is not None:
+        line, col, what = found
+        raise RuleError(display, line, col, f"YAML anchors and aliases are not allowed in rule files ({what})")
 
 
 def parse_rule_text(text: str, display: str, validate: bool = True) -> tuple[dict, object]:

@@ -136,6 +136,10 @@ def _lines(offsets, line_of) -> dict:
 def _yaml_members(text: str, display: str) -> tuple[dict, dict]:
     loader_cls = lazy.yaml_safe_loader()
     try:
+        found = lazy.yaml_anchor(text)
+        if found is not None:
+            raise InputError(display, f"YAML anchors and aliases are not read ({found[2]}): a snapshot never needs "
+                                      f"them, and they can make a small file expand without bound", found[0])
         node = lazy.yaml.compose(text, Loader=loader_cls)
         value = lazy.yaml.load(text, Loader=loader_cls)
     except lazy.yaml.MarkedYAMLError as exc:
@@ -294,6 +298,9 @@ def _rank_state(rank: int, raw: dict, evidence: Evidence, facts: Facts) -> m.Ran
             warn("peers must be a list of rank numbers: ignored")
             peers = []
         state_word = get("state") or "started"
+        if not isinstance(state_word, str):
+            warn(f"state must be one word, got a {type(state_word).__name__}: read as started")
+            state_word = "started"
         if state_word not in _OP_STATES:
             state_word = str(state_word).lower()
         if state_word not in _OP_STATES:
