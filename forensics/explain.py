@@ -199,7 +199,7 @@ def narrative(report, lang: str = "en") -> str:
     if culprits:
         lines.append(f"{title}:")
         for rank in culprits[:MAX_PLACES]:
-            lines.append("  - " + _whereabouts(incident.ranks[rank], zh))
+            lines.append("  - " + _whereabouts(incident.ranks[rank], zh, incident.groups))
         if len(culprits) > MAX_PLACES:
             lines.append("  " + labels["more"].format(n=len(culprits) - MAX_PLACES))
     elsewhere = [c for c in report.culprits if c.rank is None or c.rank not in incident.ranks]
@@ -281,7 +281,7 @@ def _places(incident, ranks: list[int], zh: bool) -> list[str]:
     shown = heapq.nsmallest(MAX_PLACES, groups.items(), key=lambda item: (-len(item[1]), item[1][0]))
     ordered = []
     for key, members in shown:
-        place = key[0] if len(key) == 1 else describe_op(incident.ranks[members[0]].current_op)
+        place = key[0] if len(key) == 1 else describe_op(incident.ranks[members[0]].current_op, incident.groups)
         ordered.append((place, members))
     if zh:
         out = [f"Rank {compact(members)} 在 {place}" for place, members in ordered]
@@ -293,13 +293,13 @@ def _places(incident, ranks: list[int], zh: bool) -> list[str]:
     return out
 
 
-def _whereabouts(state, zh: bool) -> str:
+def _whereabouts(state, zh: bool, groups=None) -> str:
     """'rank 2: data_loading — Condition.wait (threading.py:327) ← load_next_batch (train.py:190) [rank2.locals.txt:5]'."""
     op = state.current_op
     if state.is_dead:
         what = "已退出" if zh else "exited"
     elif op is not None and state.is_blocked:
-        what = describe_op(op)
+        what = describe_op(op, groups)
     else:
         what = state.activity
     text = f"{'Rank' if zh else 'rank'} {state.rank}: {what}"

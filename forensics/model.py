@@ -290,6 +290,14 @@ class CommOp:
     # Output dtypes where the artifact records them ("" when it lists none,
     # as a gather's non-root does); None when it does not say.
     out_dtype: str | None = None
+    # False when the artifact cannot tell which group the call is on (a
+    # stack dump without --locals, or whose locals are cut short): `group`
+    # is then "" and the default group only an assumption, until another
+    # artifact of the same call names its group (ingest/records.py joins them).
+    group_known: bool = True
+    # Where the call is in its rank's launch order (Flight Recorder's
+    # record_id: one counter across all groups of the process).
+    record_id: int | None = None
 
     @property
     def is_collective(self) -> bool:
@@ -363,6 +371,11 @@ class ProcessRecord:
     exit_code: int | None = None
     signal: str = ""                    # "SIGKILL", "SIGABRT", ...
     evidence: Evidence | None = None    # the line that identifies the process
+    # Every group the record shows a call on, and whether it holds every
+    # call the process made (a Flight Recorder ring that never wrapped):
+    # then a group it does not name had no call from this process.
+    named_groups: tuple[str, ...] = ()
+    whole_history: bool = False
 
 
 # Activities a rank can be in, from most to least informative.

@@ -43,7 +43,7 @@ def thread(process, name):
 def test_device_sync_under_a_work_wait_is_the_collective_the_python_frame_names():
     process = dump("barrier_stream_sync_v23.txt")
     c = stacks.classify(process)
-    assert (c.activity, c.op, c.group, c.guess) == (m.BLOCKED, "barrier", "", False)
+    assert (c.activity, c.op, c.group, c.guess) == (m.BLOCKED, "barrier", None, False)  # no locals: group unknown
     header = line_of("barrier_stream_sync_v23.txt", "(LWP 31200)")
     assert c.evidence.line == line_of("barrier_stream_sync_v23.txt", 'line 3703, in barrier', header)
     assert c.why == (f"cudaStreamSynchronize (libcudart.so.12) ← barrier ({C10D_PY}:3703) "

@@ -36,7 +36,8 @@ def test_send_with_locals_gives_peer_and_evidence_line():
               py("_exception_logger.<locals>.wrapper", "torch/distributed/c10d_logger.py", 83),
               py("send_activations", "train.py", 277)] + TRAIN)
     c = stacks.classify(d)
-    assert (c.activity, c.op, c.peers, c.group) == (m.BLOCKED, "send", (1,), "")
+    # the wrapper's args and kwargs are not shown: which group is not known
+    assert (c.activity, c.op, c.peers, c.group) == (m.BLOCKED, "send", (1,), None)
     assert c.evidence.cite() == "rank0.pyspy.txt:5"
     assert c.why == ("send (torch/distributed/distributed_c10d.py:2753) ← send_activations (train.py:277)")
 
@@ -52,6 +53,16 @@ def test_group_comes_from_what_the_caller_passed():
                        args="(<Tensor at 0x7eff02361270>)", kwargs="{}"),
                     py("sync_gradients", "train.py", 206)] + TRAIN)
     assert stacks.classify(default).group == ""
+    # py-spy cuts a dict of more than a few items short: the group may be among the hidden ones
+    cut = dump([py("all_reduce", "torch/distributed/distributed_c10d.py", 3252, group=PG),
+                py("_exception_logger.<locals>.wrapper", "torch/distributed/c10d_logger.py", 83,
+                   args="(<Tensor at 0x7eff02361270>)",
+                   kwargs='{"op": <torch._C._distributed_c10d.RedOpType at 0x7f60328672f0>, ...}'),
+                py("reduce_boundary_gradients", "train.py", 339, group=PG)] + TRAIN)
+    assert stacks.classify(cut).group is None
+    op = stacks.comm_op(stacks.classify(cut))
+    assert (op.group, op.group_known) == ("", False)
+    assert stacks.comm_op(stacks.classify(default)).group_known
     named = dump([py("barrier", "torch/distributed/distributed_c10d.py", 5356, group=PG),
                   py("_exception_logger.<locals>.wrapper", "torch/distributed/c10d_logger.py", 83,
                      args="()", kwargs='{"group": ' + PG + "}"),

@@ -12,7 +12,7 @@ from ..model import Artifact, Diagnostic, Evidence, Incident, ProcessGroup, Stuc
 from . import stacks, workers
 from .attribution import PidMap, World, attribute, outside_world, rank_from_path
 from .facts import Facts
-from .records import groups_from_comms, state_from_records
+from .records import groups_from_comms, infer_members, state_from_records
 from .textio import InputError, file_size, looks_binary, not_regular, read_head, take_notes
 
 __all__ = ["InputError", "discover", "load_incident", "merge", "rank_from_path"]
@@ -550,6 +550,8 @@ def _merge_records(records, comm_members, stated, learned, ranks, groups, diagno
     diagnostics.extend(notes)
     for gid, group in comm_groups.items():
         groups.setdefault(gid, group)
+    diagnostics.extend(infer_members(placed, groups, world.size if world is not None else None,
+                                     set(ranks) | set(placed)))
     for rank in sorted(placed):
         ranks[rank] = state_from_records(rank, placed[rank], ranks.get(rank), groups)
 

@@ -787,7 +787,7 @@ class _Reader:
             op=table.op(pos), group=gid, seq=seq, state="completed" if done else table.state[pos], peers=peers,
             any_source=any_source,
             sizes=sizes, dtype=dtype, timeout_ms=timeout, elapsed_ms=timeout if timed_out else None,
-            out_sizes=out_sizes, out_dtype=out_dtype,
+            out_sizes=out_sizes, out_dtype=out_dtype, record_id=table.rid[pos],
             evidence=Evidence(self.display, self.line(pos), text))
         return op
 
@@ -829,6 +829,10 @@ class _Reader:
         for gid, (desc, ranks) in configs.items():
             if ranks:
                 facts.groups.append(ProcessGroup(gid, desc or descs.get(gid, ""), ranks))
+        listed = {gid for gid, (_, ranks) in configs.items() if ranks}
+        for gid, desc in sorted(descs.items()):
+            if gid not in listed and desc and desc != "undefined" and not _is_default(gid, desc):
+                facts.groups.append(ProcessGroup(gid, desc, ()))  # its name; members from elsewhere
 
         rank = rank_of(display)
         if rank is None:
@@ -840,7 +844,8 @@ class _Reader:
             SOURCE, display, rank=rank, last_op=last_op,
             recent_ops=tuple(op_of(pos) for pos in recent), progress=progress,
             errors=tuple(errors), timed_out=bool(timed_out),
-            evidence=Evidence(display, 0, summary)))
+            evidence=Evidence(display, 0, summary), named_groups=tuple(sorted(table.groups)),
+            whole_history=bool(len(table)) and min(table.rid) == 0))
 
     def frames(self, pos: int) -> list[Evidence]:
         """Where the stuck call was made: the innermost frames of the job's

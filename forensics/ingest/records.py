@@ -110,7 +110,8 @@ def state_from_records(rank: int, records: list[ProcessRecord], existing: m.Rank
     current = existing.current_op
     if current is not None and last is not None and _same_call(current, last):
         # The dump says where it is; the log says which group and which seq.
-        updates["current_op"] = _joined(current, last)
+        updates["current_op"] = joined = _joined(current, last)
+        _name_group(groups, joined.group, current.group)
     elif (current is None and last is not None and last.state != "completed" and existing.activity in _RAN_AHEAD
           and any(r.timed_out for r in own)):
         # The rank's own watchdog says it is stuck in this call while its main
@@ -159,14 +160,37 @@ def _unidentified(op: m.CommOp) -> m.CommOp:
 
 
 def _same_call(a: m.CommOp, b: m.CommOp) -> bool:
+    """Whether a dump's call `a` and a log's or Flight Recorder's `b` can be
+    one call: the same op, on the same group where both say which (a dump
+    that cannot tell, or knows the group only by its address, matches any)."""
     if a.op in ("comm", "") or b.op in ("comm", ""):
         return True
     if a.op != b.op:
         return False
+    if not a.group_known or not b.group_known:
+        return True
     if (m.group_id(a.group) != m.group_id(b.group) and not a.group.startswith(m.UNIDENTIFIED_GROUP)
             and not b.group.startswith("nccl")):
         return False
     return True
+
+
+def _name_group(groups: dict[str, ProcessGroup], gid: str, seen_as: str) -> None:
+    """A group a stack dump knew by the variable that holds it (`?ckpt`)
+    and a log or Flight Recorder by its id: the id keeps the variable's
+    name where nothing else names it."""
+    label = seen_as[len(m.UNIDENTIFIED_GROUP):] if seen_as.startswith(m.UNIDENTIFIED_GROUP) else ""
+    if not label or label.startswith("0x") or gid == seen_as or gid.startswith(m.UNIDENTIFIED_GROUP):
+        return
+    known = groups.get(gid)
+    if known is None:
+        groups[gid] = ProcessGroup(gid, label, ())
+    elif not known.name or known.name == "undefined":
+        groups[gid] = replace(known, name=label)
+
+
+def _named(op: m.CommOp) -> bool:
+    return op.group_known and not op.group.startswith(m.UNIDENTIFIED_GROUP)
 
 
 def _max_progress(a: GroupProgress | None, b: GroupProgress) -> GroupProgress:
@@ -184,8 +208,16 @@ _RAN_AHEAD = frozenset({m.COMPUTING, m.DEVICE_WAIT, m.DATA_LOADING, m.IDLE, m.UN
 
 
 def _joined(current: m.CommOp, last: m.CommOp) -> m.CommOp:
-    """The call a dump shows, with what the log says of the same call."""
-    return replace(current, group=current.group or _unidentified(last).group,
+    """The call a dump shows, with what the log says of the same call: the
+    dump says which op and where in the code, the log or Flight Recorder
+    which group, which seq, which state. A group the dump does not show,
+    or knows only by an object's address, is the one the log names."""
+    if not current.group_known or (current.group.startswith(m.UNIDENTIFIED_GROUP) and _named(last)):
+        group, known = _unidentified(last).group, last.group_known
+    else:
+        group, known = current.group or _unidentified(last).group, True
+    return replace(current, group=group, group_known=known,
+                   record_id=current.record_id if current.record_id is not None else last.record_id,
                    seq=current.seq if current.seq is not None else last.seq,
                    sizes=current.sizes or last.sizes, dtype=current.dtype or last.dtype,
                    timeout_ms=current.timeout_ms or last.timeout_ms,
@@ -211,3 +243,57 @@ def _why(last: m.CommOp | None, died: ProcessRecord | None) -> str:
     seq = f" #{last.seq}" if last.seq is not None else ""
     group = f" on group {last.group}" if last.group else ""
     return f"last logged call: {last.op}{seq}{group}"
+
+
+FLIGHT_RECORDER = "flight-recorder"
+
+
+def infer_members(placed: dict[int, list[ProcessRecord]], groups: dict[str, ProcessGroup], world_size: int | None,
+                  known_ranks) -> list[Diagnostic]:
+    """Members of the groups no artifact lists, from Flight Recorder dumps.
+
+    Torch with Gloo writes no member lists (its pg_config holds only an
+    empty key), and a rank that never called on a group leaves no trace of
+    belonging to it. What a dump does prove is who is *not* a member: a
+    collective completes only once every member joined it, so a rank whose
+    dump holds its whole history (the ring never wrapped: record 0 is still
+    there) and no call on a group that completed one is not in that group.
+    The members are the job's ranks less those; a rank without such a dump
+    stays a possible member. `placed`: the records of each global rank."""
+    size = world_size if world_size is not None else (max(known_ranks) + 1 if known_ranks else 0)
+    if size < 2 or not m.plausible_rank(size - 1):
+        return []
+    dumps = {rank: [r for r in records if r.source == FLIGHT_RECORDER] for rank, records in placed.items()}
+    dumps = {rank: records for rank, records in dumps.items() if records and 0 <= rank < size}
+    completed: dict[str, tuple[int, m.Evidence | None]] = {}
+    for records in dumps.values():
+        for record in records:
+            for gid, counters in record.progress.items():
+                if counters.completed is not None and counters.completed >= 1:
+                    seen = completed.get(gid)
+                    if seen is None or counters.completed > seen[0]:
+                        completed[gid] = (counters.completed, counters.evidence)
+            for op in record.recent_ops:
+                if op.state == "completed" and op.is_collective and op.seq is not None and op.seq >= 1:
+                    seen = completed.get(op.group)
+                    if seen is None or op.seq > seen[0]:
+                        completed[op.group] = (op.seq, op.evidence)
+    notes = []
+    for gid in sorted(completed):
+        known = groups.get(gid)
+        if gid == m.DEFAULT_GROUP or not gid or gid.startswith(m.UNIDENTIFIED_GROUP) or (known and known.ranks):
+            continue
+        outside = [rank for rank, records in sorted(dumps.items())
+                   if any(r.whole_history for r in records) and not any(gid in r.named_groups for r in records)]
+        if not outside:
+            continue
+        members = tuple(r for r in range(size) if r not in outside)
+        groups[gid] = ProcessGroup(gid, known.name if known else "", members)
+        label = f"{gid} ({groups[gid].name})" if groups[gid].name else gid
+        seq, cite = completed[gid]
+        notes.append(Diagnostic(cite.path if cite else "", cite.line if cite else 0,
+                                f"group {label}: no artifact lists its members; taken as ranks "
+                                f"{', '.join(map(str, members))}: the whole Flight Recorder history of rank(s) "
+                                f"{', '.join(map(str, outside))} has no call on it, though it completed collective "
+                                f"#{seq}, which needs every member", "info"))
+    return notes

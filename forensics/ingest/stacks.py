@@ -174,7 +174,9 @@ class Classification:
     why: str = ""
     confidence: int = 0
     source: str = ""
-    group: str = ""  # "" default group; "?0x…" a group known only by its address
+    # "" the default group; "?0x…" a group known only by its address; None
+    # when the dump does not show which (no --locals, or locals cut short).
+    group: str | None = None
     # Read from a function's name or from where the job's own code is, not
     # from a frame that says what the thread does: a gdb dump (no thread
     # status) that only guesses does not contradict another that knows.
@@ -378,7 +380,7 @@ def classify_thread(thread: ThreadStack, source: str = "") -> Classification:
     def first(*wanted):
         return next((i for i, kind in enumerate(kinds) if kind and kind[0] in wanted), None)
 
-    def result(activity, index, op="", peers=(), any_source=False, group="", extra=0, also=(), guess=False):
+    def result(activity, index, op="", peers=(), any_source=False, group=None, extra=0, also=(), guess=False):
         """Cites `frames[index]`; `also`: native frames that say how it waits
         (the device, a lock), which a Python-level reading does not show.
         `why` runs innermost first, then the job's own frame above them."""
@@ -518,26 +520,34 @@ def _group(frames, index: int) -> str:
 
     The API frame's own `group` local is useless: c10d replaces None with
     the default group object before it blocks. What the caller passed shows
-    in the c10d_logger wrapper's `args`/`kwargs`: no ProcessGroup there
-    means the default group (""). A group passed explicitly is known only by
-    its address, so it is `?<name>` when an outer frame holds it in a
-    variable or dict (`groups: {"ckpt": <ProcessGroup at 0x…>}` → `?ckpt`),
-    else `?<address>`: not the default group, members unknown.
+    in the c10d_logger wrapper's `args`/`kwargs`: no ProcessGroup there,
+    both shown whole, means the default group (""). A group passed
+    explicitly is known only by its address, so it is `?<name>` when an
+    outer frame holds it in a variable or dict (`groups: {"ckpt":
+    <ProcessGroup at 0x…>}` → `?ckpt`), else `?<address>`: not the default
+    group, members unknown. None when the dump cannot tell: no locals, or
+    py-spy cut the arguments short (`{"op": <…>, ...}` hides the rest).
     """
     for frame in frames[index + 1:index + 3]:
         if not frame.file.endswith("c10d_logger.py"):
             continue
-        address = None
+        address, cut, shown = None, False, False
         for key, value in frame.locals:
             if key in ("args", "kwargs"):
+                shown = True
                 found = _GROUP_OBJECT.search(value)
                 if found:
                     address = found.group(1)
                     break
+                cut = cut or _CUT_SHORT.search(value) is not None
         if address is None:
-            return ""
+            return "" if shown and not cut else None
         return m.UNIDENTIFIED_GROUP + (_group_name(frames[index + 1:], address) or address)
-    return ""
+    return None
+
+
+# py-spy's repr of a container it does not show whole ends its items with "...".
+_CUT_SHORT = re.compile(r"(?:^|[,(\[{]\s*)\.\.\.\s*[)\]}]?\s*$")
 
 
 def _group_name(frames, address: str) -> str | None:
@@ -671,4 +681,5 @@ def python_stack(dump: ProcessDump) -> tuple[str, ...]:
 def comm_op(c: Classification) -> CommOp | None:
     if c.activity != m.BLOCKED:
         return None
-    return CommOp(op=c.op, group=c.group, peers=c.peers, any_source=c.any_source, evidence=c.evidence)
+    return CommOp(op=c.op, group=c.group or "", peers=c.peers, any_source=c.any_source, evidence=c.evidence,
+                  group_known=c.group is not None)

@@ -25,7 +25,7 @@ def to_dict(report, lang: str = "en") -> dict:
         entry = {
             "state": state.activity,
             "op": op.op if op else None,
-            "group": (op.group or "0") if op else None,
+            "group": (op.group or "0") if op and op.group_known else None,
             "seq": op.seq if op else None,
             "waiting_for": [node_json(n) for n in waits],
             "can_progress": rank not in analysis.stuck and not state.is_dead,

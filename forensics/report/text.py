@@ -256,7 +256,8 @@ def _describe(report, rank, state):
     text = ",".join(part for part in (ranks, shown) if part) or "-"
     if total > len(waits):
         text += f" … ({total} in all)"
-    return (state.activity, op.op if op else "-", (op.group or "0") if op else "-",
+    group = "-" if op is None else (op.group or "0") if op.group_known else "?"
+    return (state.activity, op.op if op else "-", group,
             "-" if op is None or op.seq is None else str(op.seq), text)
 
 

@@ -54,16 +54,22 @@ def rank_evidence(state: RankState) -> tuple:
     return tuple(found)
 
 
-def describe_op(op: CommOp | None) -> str:
+def describe_op(op: CommOp | None, groups=None) -> str:
+    """`all_reduce group 2 (halo_01) seq 4`: the group by id, with the name
+    `groups` (an incident's) gives it."""
     if op is None:
         return "no communication call"
     parts = [op.op]
     if op.peers:
         parts.append(("to " if op.op == "send" else "from ") + ",".join(map(str, op.peers)))
-    if op.group.startswith("?"):
+    if not op.group_known:
+        parts.append("(group not shown)")
+    elif op.group.startswith("?"):
         parts.append(f"on another process group ({op.group[1:]})")
     elif op.group:
-        parts.append(f"group {op.group}")
+        named = groups.get(op.group) if groups else None
+        parts.append(f"group {op.group}" + (f" ({named.name})" if named is not None and named.name
+                                              and named.name not in (op.group, "undefined", "default_pg") else ""))
     if op.seq is not None:
         parts.append(f"seq {op.seq}")
     return " ".join(parts)

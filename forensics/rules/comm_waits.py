@@ -34,7 +34,7 @@ def forensics_wait_edges(incident):
                 edges.append(WaitEdge(rank, node, AND, reason, ID, evidence))
                 continue
             # One reason string per collective instance: shared by all its waiters.
-            reason = expanded[node] = f"in {describe_op(op)}"
+            reason = expanded[node] = f"in {describe_op(op, incident.groups)}"
             edges.append(WaitEdge(rank, node, AND, reason, ID, evidence))
             for member in incident.members(op.group):
                 if member != rank and not has_arrived(incident, state, member):
@@ -55,7 +55,7 @@ def forensics_wait_edges(incident):
             for peer in targets:
                 if peer != rank and not has_arrived(incident, state, peer):
                     edges.append(WaitEdge(rank, peer, semantics,
-                                          f"rank {rank} is in {describe_op(op)}; rank {peer} has not "
+                                          f"rank {rank} is in {describe_op(op, incident.groups)}; rank {peer} has not "
                                           f"posted the matching {'recv' if op.op == 'send' else 'send'}"
                                           + ("" if semantics == AND else " (peer not in the dump: any of them)"),
                                           ID, evidence))

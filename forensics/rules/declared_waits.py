@@ -23,7 +23,7 @@ def forensics_wait_edges(incident):
             if awaited == rank or has_arrived(incident, state, awaited):
                 continue
             edges.append(WaitEdge(rank, awaited, semantics,
-                                  f"rank {rank} in {describe_op(op)} reports waiting for rank {awaited}",
+                                  f"rank {rank} in {describe_op(op, incident.groups)} reports waiting for rank {awaited}",
                                   ID, rank_evidence(state)))
     return edges
 

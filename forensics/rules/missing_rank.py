@@ -63,7 +63,7 @@ def forensics_graph_findings(incident, analysis):
         if state is None:
             doing = "no artifact at all"
         else:
-            doing = state.activity + (f" in {describe_op(state.current_op)}" if state.current_op else "")
+            doing = state.activity + (f" in {describe_op(state.current_op, incident.groups)}" if state.current_op else "")
             if state.why:
                 doing += f", {state.why}"
         described.append(f"rank {rank}: {doing}")

@@ -230,7 +230,7 @@ def forensics_graph_findings(incident, analysis):
     stuck = bool(blocked) or bool(incident.stuck)
     severity = "error" if stuck else "warning"
     if blocked:
-        ops = sorted({describe_op(s.current_op) for s in blocked})
+        ops = sorted({describe_op(s.current_op, incident.groups) for s in blocked})
         shown = "; ".join(ops[:3]) + (f" and {len(ops) - 3} more" if len(ops) > 3 else "")
         state = (f"{len(blocked)} rank(s) ({compact([s.rank for s in blocked])}) sit in {shown} with every "
                  f"member joined, and nothing completes")

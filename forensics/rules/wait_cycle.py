@@ -57,8 +57,8 @@ def forensics_graph_findings(incident, analysis):
             state = incident.ranks.get(node_rank(here))
             if isinstance(here, int) and state is not None:
                 evidence.extend(e for e in rank_evidence(state) if e not in evidence)
-                steps.append(f"rank {here} ({describe_op(state.current_op)}) waits for {node_label(there)}")
-                steps_zh.append(f"Rank {here}（{describe_op(state.current_op)}）等待 {node_label(there)}")
+                steps.append(f"rank {here} ({describe_op(state.current_op, incident.groups)}) waits for {node_label(there)}")
+                steps_zh.append(f"Rank {here}（{describe_op(state.current_op, incident.groups)}）等待 {node_label(there)}")
             else:
                 steps.append(f"stream {node_label(here)} waits for {node_label(there)}")
                 steps_zh.append(f"Stream {node_label(here)} 等待 {node_label(there)}")
