@@ -111,6 +111,65 @@ SCENARIOS = {
             "the 4th collective of the default group. Rank 0 is the odd one out."
         ),
     },
+    "real_boundary_exchange_3_group_cycle": {
+        "job_scenario": "boundary_exchange_3",
+        "nproc": 3,
+        "verdict": "deadlock",
+        "culprit_ranks": [0, 1, 2],
+        "cycle": [0, 1, 2, 0],
+        "expect_main": {r: "reduce_boundary_gradients" for r in range(3)},
+        "how": (
+            "3 ranks (train.py under torchrun, gloo), each sharing a boundary with the two "
+            "others: three 2-rank groups made with dist.new_group and group_desc halo_01 "
+            "{0,1}, halo_12 {1,2} and halo_02 {0,2}. Warm-up steps reduce the boundary "
+            "gradients (reduce_boundary_gradients: dist.all_reduce on the group) walking the "
+            "groups in one global order. From step 3 the overlapped schedule starts with the "
+            "boundary to the next rank: rank 0 all_reduces on halo_01 and waits for rank 1, "
+            "rank 1 on halo_12 waits for rank 2, rank 2 on halo_02 waits for rank 0. No rank "
+            "is in a wrong call of its own group: the waits form a cycle across three groups."
+        ),
+    },
+    "real_boundary_exchange_3_group_cycle_detail": {
+        "job_scenario": "boundary_exchange_3",
+        "nproc": 3,
+        "env": {"TORCH_DISTRIBUTED_DEBUG": "DETAIL"},
+        "verdict": "deadlock",
+        "culprit_ranks": [0, 1, 2],
+        "cycle": [0, 1, 2, 0],
+        "expect_main": {r: "reduce_boundary_gradients" for r in range(3)},
+        "how": (
+            "The same job as real_boundary_exchange_3_group_cycle (3 ranks, groups halo_01 "
+            "{0,1}, halo_12 {1,2}, halo_02 {0,2}, the overlapped schedule from step 3), run "
+            "with TORCH_DISTRIBUTED_DEBUG=DETAIL. Each group is wrapped by c10d's "
+            "ProcessGroupWrapper, whose pre-check before every collective is a monitored "
+            "barrier on the group's own gloo helper group: rank 0 waits in halo_01's check "
+            "for rank 1, rank 1 in halo_12's for rank 2, rank 2 in halo_02's for rank 0. The "
+            "checks never compare fingerprints, since no group has all its members in them: "
+            "the waits are the same cycle across three groups."
+        ),
+    },
+    "real_pp_dp_cross_group_cycle": {
+        "job_scenario": "pp_dp_cross_group",
+        "nproc": 4,
+        "verdict": "deadlock",
+        "culprit_ranks": [0, 1, 2, 3],
+        "cycle": [0, 2, 3, 1, 0],
+        "expect_main": {0: "send_activations", 1: "stage_exchange_and_sync",
+                        2: "stage_exchange_and_sync", 3: "recv_activations"},
+        "how": (
+            "2 pipeline stages x 2 data-parallel replicas (train.py under torchrun, gloo, 4 "
+            "ranks): dp groups dp_stage0 {0,1} and dp_stage1 {2,3}, pipeline groups "
+            "pp_replica0 {0,2} and pp_replica1 {1,3} (dist.new_group with group_desc). Each "
+            "step stage 0 sends 16 MiB of activations to stage 1 of its replica (dist.send on "
+            "the pp group; gloo's send of a tensor this large waits for the matching recv), "
+            "then each stage all_reduces its gradients on its dp group. From step 3 ranks 1 "
+            "and 2 run with overlapped gradient sync (the all_reduce before the stage "
+            "exchange), ranks 0 and 3 without. Rank 0 sends to rank 2 and waits for it; rank 2 "
+            "all_reduces on dp_stage1 and waits for rank 3; rank 3 receives from rank 1 and "
+            "waits for it; rank 1 all_reduces on dp_stage0 and waits for rank 0: a cycle "
+            "across four groups, point-to-point and collective."
+        ),
+    },
     "real_missing_rank_dataloader": {
         "job_scenario": "missing_rank_dataloader",
         "nproc": 4,
@@ -857,13 +916,15 @@ def main():
     cmd = [torchrun, "--nnodes", "1", "--nproc-per-node", str(nproc),
            "--master-addr", "127.0.0.1", "--master-port", str(port),
            "--log-dir", JOB_LOGS, "--redirects", "3",
-           JOB_SCRIPT, "--scenario", sc["job_scenario"]]
+           JOB_SCRIPT, "--scenario", sc["job_scenario"]] + list(sc.get("job_args", []))
+    env = job_env(venv)
+    env.update(sc.get("env", {}))
     console_path = os.path.join(JOB_DIR, "torchrun.console")
     console = open(console_path, "wb")
     t0 = time.time()
     started_utc = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t0))
     print(f"[capture] launching {name}: {' '.join(cmd)}", flush=True)
-    agent = subprocess.Popen(cmd, cwd=JOB_DIR, env=job_env(venv), stdout=console,
+    agent = subprocess.Popen(cmd, cwd=JOB_DIR, env=env, stdout=console,
                              stderr=subprocess.STDOUT, start_new_session=True)
 
     ranks, started_at, pid_check = find_rank_pids(agent, nproc, t0)
@@ -1015,6 +1076,8 @@ def main():
     y.append(f"hang: {'true' if hung else 'false'}")
     y.append(f"world_size: {nproc}")
     y.append(f"backend: {q('gloo (CPU, 127.0.0.1)')}")
+    if sc.get("env"):
+        y.append("env: {" + ", ".join(f"{k}: {q(v)}" for k, v in sc["env"].items()) + "}")
     y.append(f"how: {q(sc['how'])}")
     y.append("captured_with:")
     y.append(f"  torch: {q(torch_version)}")

@@ -43,6 +43,23 @@ Post-mortem scenarios (the job fails, or is ended the way an operator would end 
                            shard, so its forward pass raises a shape error at step 3 while
                            the others wait in the gradient all_reduce.
 
+Process-group scenarios (subgroups made with dist.new_group and a group_desc):
+
+  boundary_exchange_3      3 ranks, each sharing a boundary with the two others: three
+                           2-rank groups halo_01, halo_12, halo_02. Warm-up steps reduce the
+                           boundary gradients group by group in one global order; from step 3
+                           (--warmup-steps) the overlapped schedule reduces the boundary with
+                           the next rank first, so 0 waits in halo_01 for 1, 1 in halo_12 for
+                           2 and 2 in halo_02 for 0. Run it with TORCH_DISTRIBUTED_DEBUG=DETAIL
+                           too: the wrapper's pre-checks wait the same way.
+  pp_dp_cross_group        4 ranks, 2 pipeline stages x 2 data-parallel replicas: dp groups
+                           dp_stage0 {0,1} and dp_stage1 {2,3}, pipeline groups pp_replica0
+                           {0,2} and pp_replica1 {1,3}. From step 3 ranks 1 and 2 run with
+                           overlapped gradient sync (reduce before the stage exchange), ranks 0
+                           and 3 without: 0 sends to 2 (pp_replica0), 2 all_reduces dp_stage1
+                           waiting for 3, 3 receives from 1 (pp_replica1), 1 all_reduces
+                           dp_stage0 waiting for 0.
+
 Environment (set by the launcher / capture runner):
   RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT   from torchrun
   TORCH_FR_BUFFER_SIZE      flight recorder ring size (e.g. 2000)
@@ -79,6 +96,8 @@ SCENARIOS = (
     "detail_mismatch",
     "faulthandler_waiting_rank",
     "exception_one_rank",
+    "boundary_exchange_3",
+    "pp_dp_cross_group",
 )
 
 ACTIVATION_MIB = 16
@@ -265,13 +284,13 @@ def broadcast_parameters(model, step, src=0):
     return flat
 
 
-def send_activations(acts, dst):
-    dist.send(acts, dst=dst)
+def send_activations(acts, dst, group=None):
+    dist.send(acts, dst=dst, group=group)
 
 
-def recv_activations(like, src):
+def recv_activations(like, src, group=None):
     buf = torch.empty_like(like)
-    dist.recv(buf, src=src)
+    dist.recv(buf, src=src, group=group)
     return buf
 
 
@@ -296,6 +315,74 @@ def pipeline_stage_exchange(acts, step, scenario):
         inbound = recv_activations(acts, prev_stage)
         send_activations(acts, next_stage)
     return inbound
+
+
+def make_parallel_groups(scenario, timeout):
+    """Subgroups of the process-group scenarios, by name; every rank creates
+    every group, in the same order (dist.new_group is collective)."""
+    if scenario == "boundary_exchange_3":
+        spec = [("halo_01", [0, 1]), ("halo_12", [1, 2]), ("halo_02", [0, 2])]
+    elif scenario == "pp_dp_cross_group":
+        spec = [("dp_stage0", [0, 1]), ("dp_stage1", [2, 3]),
+                ("pp_replica0", [0, 2]), ("pp_replica1", [1, 3])]
+    else:
+        return {}
+    groups = {}
+    for name, ranks in spec:
+        groups[name] = (dist.new_group(ranks=ranks, timeout=timeout, group_desc=name), ranks)
+    return groups
+
+
+def reduce_boundary_gradients(model, step, group, name):
+    PROGRESS.mark(step, f"reduce_boundary_gradients {name}")
+    halo = torch.cat([p.grad.reshape(-1)[:1024] for p in model.parameters()])
+    dist.all_reduce(halo, op=dist.ReduceOp.SUM, group=group)
+    return halo
+
+
+def boundary_exchange(model, step, groups, overlapped):
+    """Reduce the gradients this rank shares with each neighbour. The plain
+    schedule walks the groups in one global order; the overlapped one starts
+    with the boundary to the next rank (it is ready first)."""
+    rank = dist.get_rank()
+    mine = [(name, group) for name, (group, ranks) in groups.items() if rank in ranks]
+    if overlapped:
+        right = (rank + 1) % dist.get_world_size()
+        mine.sort(key=lambda item: right not in groups[item[0]][1])
+        log(f"step {step}: boundary_exchange (overlapped): {' then '.join(n for n, _ in mine)}")
+    for name, group in mine:
+        reduce_boundary_gradients(model, step, group, name)
+
+
+def stage_exchange_and_sync(model, step, groups, overlap_grad_sync):
+    """One pipeline step of a 2-stage x 2-replica job: stage 0 sends its
+    activations to stage 1 of the same replica, then the stage's replicas
+    all_reduce their gradients; with overlap_grad_sync the all_reduce comes
+    first."""
+    rank = dist.get_rank()
+    stage, replica = divmod(rank, 2)
+    dp_group = groups[f"dp_stage{stage}"][0]
+    pp_group, pp_ranks = groups[f"pp_replica{replica}"]
+    peer = next(r for r in pp_ranks if r != rank)
+    acts = torch.full((ACTIVATION_MIB << 18,), float(rank))  # 16 MiB of float32
+
+    def exchange():
+        PROGRESS.mark(step, "stage_exchange")
+        if stage == 0:
+            log(f"step {step}: send_activations {ACTIVATION_MIB} MiB to stage 1 (rank {peer})")
+            send_activations(acts, peer, pp_group)
+        else:
+            log(f"step {step}: recv_activations from stage 0 (rank {peer})")
+            recv_activations(acts, peer, pp_group)
+
+    def sync():
+        PROGRESS.mark(step, "sync_stage_gradients")
+        log(f"step {step}: sync_stage_gradients (dp_stage{stage} all_reduce)")
+        grads = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+        dist.all_reduce(grads, op=dist.ReduceOp.SUM, group=dp_group)
+
+    for part in ((sync, exchange) if overlap_grad_sync else (exchange, sync)):
+        part()
 
 
 def load_resume_step(rank, scenario):
@@ -424,6 +511,12 @@ def train_step(step, model, opt, batch, groups, args):
     if bug_step and args.scenario in ("p2p_cycle_2", "p2p_ring_4"):
         acts = torch.full((ACTIVATION_MIB << 18,), float(rank))  # 16 MiB of float32
         pipeline_stage_exchange(acts, step, args.scenario)
+    if args.scenario == "boundary_exchange_3":
+        boundary_exchange(model, step, groups["parallel"], overlapped=step >= args.warmup_steps)
+    if args.scenario == "pp_dp_cross_group":
+        # Ranks 1 and 2 were restarted with --overlap-grad-sync; 0 and 3 were not.
+        overlap = step >= args.warmup_steps and rank in (1, 2)
+        stage_exchange_and_sync(model, step, groups["parallel"], overlap)
     if bug_step and args.scenario == "checkpoint_io_stall" and rank == 0:
         save_periodic_checkpoint(model, step)
     if should_resync_weights(step, args.resume_step, args.resync_every):
@@ -446,6 +539,7 @@ def train(args):
     # Separate gloo group used to coordinate checkpoint writes.
     groups = {"ckpt": dist.new_group(ranks=list(range(world)), timeout=args.pg_timeout,
                                      backend="gloo")}
+    groups["parallel"] = make_parallel_groups(args.scenario, args.pg_timeout)
     total_steps = args.warmup_steps + args.extra_steps
     sizes = shard_sizes(world, args.scenario, total_steps, args.warmup_steps)
     stall_at = args.warmup_steps if (args.scenario == "missing_rank_dataloader"
