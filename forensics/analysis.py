@@ -184,4 +184,8 @@ def decide(findings: list[Finding], incident: Incident,
         # Stuck, yet nobody waits on anybody: the artifacts cannot say why
         # (everyone joined and nothing completes points at the transport).
         return "inconclusive", None
+    if confidence.unknown_group_ranks(incident):
+        # Blocked in collectives on groups whose members nothing names: no
+        # wait could be drawn, which is not the same as none existing.
+        return "inconclusive", None
     return "healthy", None

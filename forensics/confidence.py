@@ -10,7 +10,7 @@ more evidence, a wait on a rank that sent nothing does.
 from __future__ import annotations
 
 from .ingest import IMPLIED
-from .model import UNKNOWN, Confidence, Culprit
+from .model import UNIDENTIFIED_GROUP, UNKNOWN, Confidence, Culprit
 from .ranges import compact
 
 
@@ -100,7 +100,15 @@ def would_decide(report) -> tuple[tuple[str, ...], tuple[str, ...]]:
                 ("各 Rank 的栈（py-spy dump --pid PID）或 c10d / NCCL 日志",))
     out, out_zh = [], []
     silent = set(silent_ranks(incident))
-    for group in sorted({s.current_op.group or "0" for s in incident.ranks.values() if s.is_blocked}):
+    blind = unknown_group_ranks(incident)
+    if blind:
+        out.append(f"which process group rank {compact(blind)} wait{'s' if len(blind) == 1 else ''} in, and its "
+                   f"members: Flight Recorder dumps or NCCL_DEBUG=INFO logs of every rank name the group of each "
+                   f"call (py-spy --locals shows a group passed explicitly only as an object)")
+        out_zh.append(f"Rank {compact(blind)} 在哪个通信组中等待、该组有哪些成员：每个 Rank 的 Flight Recorder dump 或 "
+                      f"NCCL_DEBUG=INFO 日志会写明每次调用的通信组（py-spy --locals 只把显式传入的通信组显示为对象）")
+    for group in sorted({s.current_op.group or "0" for s in incident.ranks.values() if s.is_blocked
+                         and s.rank not in blind}):
         absent = [r for r in incident.members(group) if r not in incident.ranks or r in silent]
         pg = incident.groups.get(group)
         if absent:
@@ -113,6 +121,23 @@ def would_decide(report) -> tuple[tuple[str, ...], tuple[str, ...]]:
         out.append("Flight Recorder dumps (TORCH_NCCL_TRACE_BUFFER_SIZE) or NCCL_DEBUG=INFO logs of every rank")
         out_zh.append("每个 Rank 的 Flight Recorder dump（TORCH_NCCL_TRACE_BUFFER_SIZE）或 NCCL_DEBUG=INFO 日志")
     return tuple(out), tuple(out_zh)
+
+
+def unknown_group_ranks(incident) -> list[int]:
+    """Ranks blocked in a collective on a group whose members no artifact
+    tells (a stack dump shows it only as an object, `?name`): whom they
+    wait for cannot be said. (An NCCL communicator known by one process's
+    pointer, `?nccl-comm:…`, is a logged call, not a thread seen waiting;
+    rules/nccl_same_comm.py pairs those.)"""
+    out = []
+    for state in incident.ranks.values():
+        op = state.current_op
+        if (state.is_blocked and op is not None and op.is_collective and op.group.startswith(UNIDENTIFIED_GROUP)
+                and not op.group.startswith(UNIDENTIFIED_GROUP + "nccl-comm:")):
+            known = incident.groups.get(op.group)
+            if known is None or not known.ranks:
+                out.append(state.rank)
+    return sorted(out)
 
 
 def culprit_processes(findings, verdict: str, incident, verdict_of) -> list[Culprit]:

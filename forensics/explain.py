@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import heapq
 
-from . import topology
+from . import confidence, topology
 from .model import path_label
 from .rules._semantics import describe_op
 from .ranges import compact
@@ -133,6 +133,9 @@ _LABELS = {
            "decide": "What would decide it",
            "stuck": "{s} of {n} rank(s) can never progress.",
            "waiting": "{w} of {n} rank(s) wait for others.",
+           "unknown_groups": " {n} rank(s) ({ranks}) are blocked in collectives on process groups that the "
+                             "stack dumps show only as objects, and no log or Flight Recorder entry names: "
+                             "whom they wait for, and so whether their waits form a cycle, cannot be told.",
            "all_joined": " {b} rank(s) are inside communication calls that every member has joined, yet "
                          "the job is stuck: suspect the transport (network fault) and collect "
                          "NCCL_DEBUG=INFO logs or Flight Recorder dumps."},
@@ -149,6 +152,8 @@ _LABELS = {
            "decide": "可以判定的产物",
            "stuck": "{n} 个 Rank 中有 {s} 个永远无法推进。",
            "waiting": "{n} 个 Rank 中有 {w} 个在等待其他 Rank。",
+           "unknown_groups": "有 {n} 个 Rank（{ranks}）阻塞在集合通信中，其通信组在栈里只显示为对象，日志和 Flight Recorder "
+                             "也没有写明：无法判断它们在等谁，也就无法判断这些等待是否成环。",
            "all_joined": "有 {b} 个 Rank 处于所有成员都已加入的通信调用中，但作业仍然卡住：怀疑是传输层（网络故障），"
                          "请收集 NCCL_DEBUG=INFO 日志或 Flight Recorder dump。"},
 }
@@ -163,7 +168,10 @@ def narrative(report, lang: str = "en") -> str:
         if report.verdict == "inconclusive":
             text = labels["inconclusive_empty"] if not n_ranks else labels["inconclusive"]
             blocked = sum(1 for s in report.incident.ranks.values() if s.is_blocked)
-            if blocked:
+            blind = confidence.unknown_group_ranks(report.incident)
+            if blind:
+                text += labels["unknown_groups"].format(ranks=compact(blind), n=len(blind))
+            elif blocked:
                 text += labels["all_joined"].format(b=blocked)
             return text + _would_decide(report, labels, zh)
         text = labels["healthy"].format(n=n_ranks)

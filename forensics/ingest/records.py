@@ -108,8 +108,10 @@ def state_from_records(rank: int, records: list[ProcessRecord], existing: m.Rank
     if not existing.host and host:
         updates["host"] = host
     current = existing.current_op
-    if current is not None and last is not None and _same_call(current, last):
+    if current is not None and last is not None and _same_call(current, last) and (
+            last.state != "completed" or current.state == "completed"):
         # The dump says where it is; the log says which group and which seq.
+        # (Not from a call the log saw complete: the dump's is a later one.)
         updates["current_op"] = joined = _joined(current, last)
         _name_group(groups, joined.group, current.group)
     elif (current is None and last is not None and last.state != "completed" and existing.activity in _RAN_AHEAD

@@ -541,7 +541,15 @@ def _group(frames, index: int) -> str:
                     break
                 cut = cut or _CUT_SHORT.search(value) is not None
         if address is None:
-            return "" if shown and not cut else None
+            if shown and not cut:
+                return ""
+            # Cut short: the group the call runs on is the API frame's own
+            # `group`; if the job's code holds that very object under a name,
+            # it passed the group explicitly (the default group is passed as None).
+            own = next((found.group(1) for key, value in frames[index].locals
+                        if key == "group" and (found := _GROUP_OBJECT.search(value))), None)
+            name = _group_name(frames[index + 3:], own) if own else None
+            return m.UNIDENTIFIED_GROUP + name if name else None
         return m.UNIDENTIFIED_GROUP + (_group_name(frames[index + 1:], address) or address)
     return None
 
@@ -551,7 +559,10 @@ _CUT_SHORT = re.compile(r"(?:^|[,(\[{]\s*)\.\.\.\s*[)\]}]?\s*$")
 
 
 def _group_name(frames, address: str) -> str | None:
-    keyed = re.compile(r'"([\w.-]+)": <[^<>]*ProcessGroup\w* (?:object )?at ' + re.escape(address) + ">")
+    """The name the job's code gives the group object at `address`: a
+    variable holding it, a dict key (`{"ckpt": <ProcessGroup at …>}`) or a
+    (name, group) pair (`[("halo_01", <ProcessGroup at …>), …]`)."""
+    keyed = re.compile(r'"([\w.-]+)"(?::|,) <[^<>]*ProcessGroup\w* (?:object )?at ' + re.escape(address) + ">")
     for frame in frames:
         for key, value in frame.locals:
             if key in ("args", "kwargs", "group", "self"):
