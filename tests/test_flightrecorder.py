@@ -394,9 +394,11 @@ def test_fixture_nccl_timeout_json():
     record = only(facts)
     assert record.rank == 3 and record.timed_out
     op = record.last_op
-    # group "5" has nothing stuck before record 82, group "0" stuck at #42: the send is the latest
-    assert where(op) == ("send", "5", 7, "scheduled") and op.peers == (1,)
-    assert op.evidence.line == 48
+    # group "0" is stuck at #42 (record 81, started); the send on group "5" (record 82) is only
+    # scheduled, launched after it: it is queued behind the all_reduce the device runs
+    assert where(op) == ("all_reduce", "0", 42, "started")
+    send = [o for o in record.recent_ops if o.group == "5" and o.seq == 7][0]
+    assert (send.op, send.state, send.record_id, send.peers, send.evidence.line) == ("send", "scheduled", 82, (1,), 48)
     stuck = [o for o in record.recent_ops if o.group == "0" and o.seq == 42][0]
     assert stuck.state == "started" and stuck.past_timeout and stuck.elapsed_ms == 600000
     assert record.errors[0].text == ("entry record_id=81 pg=0 seq=42 nccl:all_reduce started, retired without "

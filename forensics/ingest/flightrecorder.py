@@ -803,7 +803,13 @@ class _Reader:
             if not all(flags):
                 first = positions[flags.index(False)]
                 stuck.append(table.end.get(first, first))
-        if stuck:
+        running = [pos for pos in stuck if table.state[pos] == "started"]
+        if running:
+            # A call the device runs: the latest launched of those started and
+            # not done. A call launched after it and only `scheduled` is queued
+            # behind it (rules/_semantics.py: queued_behind), not where it is.
+            last = max(running, key=table.rid.__getitem__)
+        elif stuck:
             last = max(stuck, key=table.rid.__getitem__)
         else:
             last = len(table) - 1 if len(table) else None

@@ -19,9 +19,11 @@ def has_arrived(incident: Incident, waiter: RankState, awaited: int) -> bool:
     if op.is_collective:
         return _in_collective(other, op)
     theirs = other.current_op
+    wanted = "recv" if op.op == "send" else "send"
+    if queued_behind(other, "", None, wanted, waiter.rank) is not None:
+        return False
     if theirs is None or not theirs.is_p2p or theirs.state == "completed":
         return False
-    wanted = "recv" if op.op == "send" else "send"
     if theirs.op != wanted:
         return False
     if wanted == "recv" and theirs.any_source:
@@ -32,7 +34,39 @@ def has_arrived(incident: Incident, waiter: RankState, awaited: int) -> bool:
     return waiter.rank in named
 
 
+def queued_behind(state: RankState, group: str, seq: int | None, op: str = "",
+                  peer: int | None = None) -> tuple[CommOp, CommOp] | None:
+    """(its call, the call it waits behind) when `state`'s rank launched the
+    call (`group`, `seq`), or a send/recv `op` with `peer`, only after
+    another call that started and is not done: Flight Recorder shows the
+    first `scheduled` (enqueued, not running) and the other `started`, with
+    a lower record id. On one device the later call waits behind the
+    earlier one (one connection, CUDA_DEVICE_MAX_CONNECTIONS=1, or a stream
+    dependency): an edge inside the rank."""
+    running = state.current_op
+    if running is None or running.state != "started" or running.record_id is None:
+        return None
+    for call in state.history:
+        if call.state != "scheduled" or call.record_id is None or call.record_id <= running.record_id:
+            continue
+        if op:
+            if call.op == op and (peer is None or not call.peers or peer in call.peers):
+                return call, running
+        elif group_id(call.group) == group_id(group) and (seq is None or call.seq == seq) and call.is_collective:
+            return call, running
+    return None
+
+
+def describe_queue(rank: int, queued: CommOp, running: CommOp, groups=None) -> str:
+    """`rank 1's all_reduce group 0 seq 5 (record 21) is queued behind its
+    all_reduce group 1 (tp) seq 7 (record 20), launched first and not done`."""
+    return (f"rank {rank}'s {describe_op(queued, groups)} (record {queued.record_id}) is queued behind its "
+            f"{describe_op(running, groups)} (record {running.record_id}), launched first and not done")
+
+
 def _in_collective(other: RankState, op: CommOp) -> bool:
+    if queued_behind(other, op.group, op.seq) is not None:
+        return False
     theirs = other.current_op
     if theirs is not None and theirs.is_collective and group_id(theirs.group) == group_id(op.group):
         if op.seq is None or theirs.seq is None or theirs.seq >= op.seq:

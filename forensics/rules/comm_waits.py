@@ -10,9 +10,10 @@ from __future__ import annotations
 from ..hookspecs import hookimpl
 from ..ruledocs import RuleDoc
 from ..model import AND, OR, UNIDENTIFIED_GROUP, WaitEdge, group_id
-from ._semantics import describe_op, has_arrived, rank_evidence
+from ._semantics import describe_op, describe_queue, has_arrived, queued_behind, rank_evidence
 
 ID = "comm-waits"
+LAUNCH_ORDER = "launch-order"  # the edges of a call queued behind one its rank launched earlier
 
 
 @hookimpl
@@ -38,6 +39,15 @@ def forensics_wait_edges(incident):
             edges.append(WaitEdge(rank, node, AND, reason, ID, evidence))
             for member in incident.members(op.group):
                 if member != rank and not has_arrived(incident, state, member):
+                    other = incident.ranks.get(member)
+                    queue = queued_behind(other, op.group, op.seq) if other is not None else None
+                    if queue is not None:
+                        edges.append(WaitEdge(
+                            node, member, AND,
+                            f"{op.op} in group {op.group or '0'} seq {op.seq} needs rank {member}: "
+                            + describe_queue(member, *queue, incident.groups), LAUNCH_ORDER,
+                            evidence + tuple(c.evidence for c in queue if c.evidence is not None)))
+                        continue
                     edges.append(WaitEdge(
                         node, member, AND,
                         f"{op.op} in group {op.group or '0'} seq {op.seq} needs rank {member}, "
@@ -54,6 +64,16 @@ def forensics_wait_edges(incident):
                 semantics = AND
             for peer in targets:
                 if peer != rank and not has_arrived(incident, state, peer):
+                    other = incident.ranks.get(peer)
+                    wanted = "recv" if op.op == "send" else "send"
+                    queue = queued_behind(other, "", None, wanted, rank) if other is not None else None
+                    if queue is not None and semantics == AND:
+                        edges.append(WaitEdge(
+                            rank, peer, AND,
+                            f"rank {rank} is in {describe_op(op, incident.groups)}; "
+                            + describe_queue(peer, *queue, incident.groups), LAUNCH_ORDER,
+                            evidence + tuple(c.evidence for c in queue if c.evidence is not None)))
+                        continue
                     edges.append(WaitEdge(rank, peer, semantics,
                                           f"rank {rank} is in {describe_op(op, incident.groups)}; rank {peer} has not "
                                           f"posted the matching {'recv' if op.op == 'send' else 'send'}"
@@ -62,6 +82,17 @@ def forensics_wait_edges(incident):
     return edges
 
 RULES = (RuleDoc(
+    LAUNCH_ORDER, "Calls queued behind an earlier launch", "排在先启动调用之后的调用", "info",
+    "A call a rank launched after another call that started and is not done, on another group or "
+    "communicator, is queued behind it (Flight Recorder: `scheduled`, with a higher record id than the "
+    "`started` one): one device runs them in launch order (one connection, CUDA_DEVICE_MAX_CONNECTIONS=1, "
+    "or a stream dependency). Whoever waits for the queued call waits, through it, for the earlier one; "
+    "with the waits between ranks this closes cycles across communicators.",
+    "某 Rank 在另一个已开始且未完成的调用之后启动的调用（属于另一个通信组或通信器）排在它后面"
+    "（Flight Recorder 中为 `scheduled`，record id 高于 `started` 的那个）：同一设备按启动顺序执行"
+    "（单连接、CUDA_DEVICE_MAX_CONNECTIONS=1 或 Stream 依赖）。等待排队调用的一方，实际上在等待先启动的"
+    "那个调用；与 Rank 之间的等待合在一起，会形成跨通信器的环。",
+    kinds=(), emits=("edges",), source=__name__), RuleDoc(
     ID, "Waits implied by communication calls", "通信调用隐含的等待", "info",
     "A rank blocked in a collective waits for every member of its group that has not arrived at the "
     "same (group, seq) (AND); a send waits for its destination's matching recv, a recv for its source; "

@@ -10,6 +10,7 @@ from ..ruledocs import RuleDoc
 from ..model import Finding, node_label, node_rank, path_label
 from ..ranges import compact
 from ._semantics import describe_op, rank_evidence
+from .comm_waits import LAUNCH_ORDER
 
 HINTS = {
     "p2p_circular_wait": (
@@ -51,6 +52,7 @@ def forensics_graph_findings(incident, analysis):
         # Culprits: every rank of the knot, not just the witness path.
         ranks = sorted({node_rank(n) for n in knot if node_rank(n) is not None})
         evidence = []
+        queued: list[str] = []  # launch-order waits on the cycle, as their edges word them
         steps, steps_zh = [], []
         pairs = list(zip(cycle, cycle[1:]))
         for here, there in pairs[:MAX_STEPS]:
@@ -64,6 +66,10 @@ def forensics_graph_findings(incident, analysis):
                 steps_zh.append(f"Stream {node_label(here)} 等待 {node_label(there)}")
             for wait in edges_between(analysis.graph, here, there):
                 evidence.extend(e for e in wait.evidence if e not in evidence)
+            for wait in _launch_order(analysis.graph, here, there):
+                if wait.reason not in queued:
+                    queued.append(wait.reason)
+                    evidence.extend(e for e in wait.evidence if e not in evidence)
         if len(pairs) > MAX_STEPS:
             steps.append(f"… {len(pairs) - MAX_STEPS} more waits around the cycle")
             steps_zh.append(f"……环上另有 {len(pairs) - MAX_STEPS} 条等待")
@@ -73,12 +79,29 @@ def forensics_graph_findings(incident, analysis):
             steps.append(f"ranks {compact(others)} are caught in the same knot")
             steps_zh.append(f"Rank {compact(others)} 也被卷入同一等待结")
         hint, hint_zh = HINTS[kind]
+        order = order_zh = ""
+        if queued:
+            order = (" Launch order inside the ranks: " + "; ".join(queued[:MAX_STEPS])
+                     + ". Each device runs its calls in the order they were launched, so the ranks that "
+                       "launched the same calls in opposite orders wait on each other.")
+            order_zh = (" Rank 内的启动顺序：" + "；".join(queued[:MAX_STEPS])
+                        + "。每个设备按启动顺序执行调用，以相反顺序启动相同调用的 Rank 因而互相等待。")
         findings.append(Finding(
             RULE_IDS[kind], kind, "error", tuple(sorted(ranks)),
-            f"Circular wait {path}: " + "; ".join(steps) + ". None of them can proceed.",
+            f"Circular wait {path}: " + "; ".join(steps) + ". None of them can proceed." + order,
             tuple(evidence), hint,
-            f"循环等待 {path}：" + "；".join(steps_zh) + "。环上任何一方都无法继续（死锁）。", hint_zh))
+            f"循环等待 {path}：" + "；".join(steps_zh) + "。环上任何一方都无法继续（死锁）。" + order_zh, hint_zh))
     return findings
+
+def _launch_order(graph, here, there) -> list:
+    """The launch-order waits by which `here` waits for `there`: directly,
+    or through the collective `here` is in."""
+    found = [w for w in edges_between(graph, here, there) if w.rule == LAUNCH_ORDER]
+    for node in graph.successors(here) if here in graph else ():
+        if isinstance(node, tuple) and node and node[0] == "coll":
+            found += [w for w in edges_between(graph, node, there) if w.rule == LAUNCH_ORDER]
+    return found
+
 
 RULES = (
     RuleDoc(
