@@ -677,7 +677,7 @@ _OWN_RANK = re.compile(
 _LAUNCH_HINT = re.compile(r"_ranks=|group_rank=|world_sizes?=|restart_count=|WORLD_SIZE|"
                           r"initialization options: size|nproc_per_node|_nodes\s*:|joined round")
 _AGENT_FIELD = re.compile(r"\b(restart_count|group_rank|group_world_size|local_ranks|global_ranks|"
-                          r"global_world_sizes)=(\[[\d,\s]*\]|\d+)")
+                          r"global_world_sizes)=(\[[\d,\s]*\]|\d{1,9}(?!\d))")
 _LAUNCH_FIELD = re.compile(r"\b(nproc_per_node|min_nodes|max_nodes)\s*:\s*(\d{1,7})\s*$")
 _INIT_SIZE = re.compile(r"initialization options: size: (\d{1,7}), global rank: \d+.*?PG Name: (\S+?),?(?:\s|$)")
 _JOINED = re.compile(r"has joined round \d+ of the rendezvous '[^'\n]*' as rank (\d{1,7}) in a world of size")
@@ -701,8 +701,13 @@ def labelled(lines: list[bytes]) -> bool:
     return count >= 2
 
 
-def _numbers(text: str) -> list[int]:
-    return [int(n) for n in re.findall(r"\d+", text)]
+_LIST_FIELDS = frozenset({"local_ranks", "role_ranks", "global_ranks", "role_world_sizes", "global_world_sizes"})
+
+
+def _numbers(text: str) -> list[int] | None:
+    """The numbers of a printed list; None when one is longer than any rank."""
+    found = re.findall(r"\d+", text)
+    return None if any(len(n) > 9 for n in found) else [int(n) for n in found]
 
 
 class _Pending:
@@ -1240,6 +1245,11 @@ class _Reader:
             if name in ("restart_count", "group_rank") and name in block:
                 block = self.block[stream] = {}  # the next rendezvous (a restart)
             block[name] = _numbers(value) if value.startswith("[") else int(value)
+            if (name in _LIST_FIELDS) != isinstance(block[name], list):
+                # torchelastic prints these as lists, the others as numbers: a line
+                # that does not is not its rendezvous result
+                del block[name]
+                continue
             if name == "global_ranks" and "local_ranks" in block and len(block["local_ranks"]) == len(block[name]):
                 attempts = self.rendezvous.setdefault(stream, {})
                 assigned = attempts.setdefault(block.get("restart_count", 0), {})
