@@ -108,9 +108,22 @@ def test_c10_timestamps_decide_over_kind():
     assert finding.ranks == (1,) and "(by timestamp)" in finding.message
 
 
+RESET_LINE = "RuntimeError: [gloo/transport/tcp/pair.cc:575] Read error [127.0.0.1]:40111: Connection reset by peer"
+
+
+def test_only_closed_connections_are_a_peer_gone_not_a_network_fault():
+    """Every member joined, and all the logs say is that peers closed their
+    connections: the processes on the other side went away (their own logs
+    say why). A broken link shows as a reset, a timeout, a completion error."""
+    incident = _with_events(incident_of(_all_reduce(3), hung=True),
+                            {0: [GLOO_LINE], 1: [GLOO_LINE.replace("8594", "8595")]})
+    report = analyze_incident(incident, Plugins(autoload=False))
+    assert rule_findings(report) == [] and report.verdict != "network_fault"
+
+
 def test_not_blocked_and_not_stuck_is_only_a_warning():
     states = {"0": {"current_op": "compute"}, "1": {"current_op": "compute"}}
-    incident = _with_events(incident_of(states), {0: [GLOO_LINE]})
+    incident = _with_events(incident_of(states), {0: [RESET_LINE]})
     report = analyze_incident(incident, Plugins(autoload=False))
     (finding,) = rule_findings(report)
     assert finding.severity == "warning" and report.verdict == "healthy"

@@ -216,6 +216,10 @@ def forensics_graph_findings(incident, analysis):
     # transport errors their consequence.
     if any(s.is_dead for s in incident.ranks.values()):
         return []
+    if not any(e.cause_like for found in errors.values() for e in found):
+        # Only closed connections, broken pipes and aborts: the other side
+        # went away (rules/stated_cause.py: stated-peer-gone), the link did not fail.
+        return []
     if analysis.cycles or analysis.dead_awaited or analysis.sinks:
         return []
     blocked = [incident.ranks[r] for r in sorted(incident.ranks) if incident.ranks[r].is_blocked]
