@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 
 from . import confidence, explain
 from .graph import GraphAnalysis, analyze_graph, build_graph
-from .model import Confidence, Finding, Incident
+from .model import EXITED, UNKNOWN, Confidence, Finding, Incident
 from .ruledocs import catalogue
 from .ranking import VERDICT_OF_KIND, VERDICT_ORDER, link_symptoms, rank_findings
 
@@ -113,6 +113,7 @@ def defer_stated(findings: list[Finding], incident: Incident) -> list[Finding]:
     def guessed(f: Finding) -> bool:
         return bool(set(f.ranks) & silent)
 
+    findings = _peer_gone_after_a_cause(findings, incident)
     stated = [f for f in findings if bears(f) and f.rule.startswith(STATED)]
     structural = [f for f in findings if bears(f) and not f.rule.startswith(STATED) and not guessed(f)]
     if not structural:
@@ -127,6 +128,47 @@ def defer_stated(findings: list[Finding], incident: Incident) -> list[Finding]:
 
     return [replace(f, severity="warning") if bears(f) and f.rule.startswith(STATED) and not keeps(f) else f
             for f in findings]
+
+
+def _peer_gone_after_a_cause(findings: list[Finding], incident: Incident) -> list[Finding]:
+    """A peer that vanished is a death with a reason of its own: when
+    another stated cause was logged surely before the first report of the
+    vanished peer (by the timeline's clock), the peer most likely ended
+    because of it (it raised, or its launcher stopped it), so the stated
+    cause leads and the lost connection is its echo."""
+    from .postmortem import before
+    from .rules.stated_cause import PEER_GONE
+
+    dated = {(e.evidence.path, e.evidence.line): e for e in incident.events if e.time is not None}
+    by_file: dict[str, list] = {}
+    for (path, line), event in dated.items():
+        by_file.setdefault(path, []).append((line, event))
+
+    def at(evidence):
+        """When a line was written: its own time, else no earlier than the
+        last dated line above it in the same file (a log is written in order)."""
+        if (evidence.path, evidence.line) in dated:
+            return dated[(evidence.path, evidence.line)]
+        above = [(line, e) for line, e in by_file.get(evidence.path, ()) if line < evidence.line]
+        return max(above, key=lambda item: (item[0], item[1].time))[1] if above else None
+
+    def first(f: Finding, lower_bound: bool = False):
+        events = [e for e in map(at if lower_bound else (lambda x: dated.get((x.path, x.line))), f.evidence)
+                  if e is not None]
+        return min(events, key=lambda e: e.time) if events else None
+
+    gone = [f for f in findings if f.rule == PEER_GONE and f.severity == "error"]
+    others = [f for f in findings if f.severity == "error" and f.rule.startswith(STATED) and f.rule != PEER_GONE
+              and f.kind in VERDICT_OF_KIND]
+    if not gone or not others:
+        return findings
+    earlier = [first(f) for f in others]
+    demoted = set()
+    for finding in gone:
+        mine = first(finding, lower_bound=True)
+        if mine is not None and any(e is not None and before(e, mine, incident.skew_s) for e in earlier):
+            demoted.add(id(finding))
+    return [replace(f, severity="warning") if id(f) in demoted else f for f in findings]
 
 
 _CYCLE_KINDS = frozenset(kind for kind, verdict in VERDICT_OF_KIND.items() if verdict == "deadlock")
@@ -180,12 +222,17 @@ def decide(findings: list[Finding], incident: Incident,
             return VERDICT_OF_KIND[finding.kind], finding
     if not incident.ranks:
         return "inconclusive", None
-    if incident.stuck and not analysis.waiting:
-        # Stuck, yet nobody waits on anybody: the artifacts cannot say why
-        # (everyone joined and nothing completes points at the transport).
+    if incident.stuck:
+        # Stuck, yet no finding says why: nobody waits on anybody (everyone
+        # joined and nothing completes points at the transport), or the waits
+        # end at a rank nothing places (rules/missing_rank.py's warning).
         return "inconclusive", None
     if confidence.unknown_group_ranks(incident):
         # Blocked in collectives on groups whose members nothing names: no
         # wait could be drawn, which is not the same as none existing.
+        return "inconclusive", None
+    if not any(s.activity not in (UNKNOWN, EXITED) for s in incident.ranks.values()):
+        # Nothing read shows where any live rank is now (dumps whose calls all
+        # completed, a launcher's exit codes): no hang found is not health seen.
         return "inconclusive", None
     return "healthy", None

@@ -100,6 +100,14 @@ def would_decide(report) -> tuple[tuple[str, ...], tuple[str, ...]]:
                 ("各 Rank 的栈（py-spy dump --pid PID）或 c10d / NCCL 日志",))
     out, out_zh = [], []
     silent = set(silent_ranks(incident))
+    unseen = sorted(r for r, s in incident.ranks.items() if s.unrecorded and s.activity == UNKNOWN)
+    if unseen:
+        kinds = "/".join(dict.fromkeys(k for r in unseen for k in incident.ranks[r].unrecorded))
+        out.append(f"stack dumps of rank {compact(unseen)} (py-spy dump --pid PID): only Flight Recorder dumps "
+                   f"place {'it' if len(unseen) == 1 else 'them'}, and torch's Gloo Flight Recorder records no "
+                   f"{kinds}")
+        out_zh.append(f"Rank {compact(unseen)} 的调用栈（py-spy dump --pid PID）：只有 Flight Recorder dump 能定位它们，"
+                      f"而 torch 的 Gloo Flight Recorder 不记录 {kinds}")
     blind = unknown_group_ranks(incident)
     if blind:
         out.append(f"which process group rank {compact(blind)} wait{'s' if len(blind) == 1 else ''} in, and its "

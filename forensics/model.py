@@ -376,6 +376,7 @@ class ProcessRecord:
     # then a group it does not name had no call from this process.
     named_groups: tuple[str, ...] = ()
     whole_history: bool = False
+    unrecorded: tuple[str, ...] = ()   # calls of kinds the record never shows (Gloo's FR: "send", "recv")
 
 
 # Activities a rank can be in, from most to least informative.
@@ -438,6 +439,10 @@ class RankState:
     why: str = ""
     # How the process ended, when an artifact says it did.
     ending: Ending | None = None
+    # Calls the artifacts that place this rank cannot show ("send", "recv":
+    # torch's Gloo Flight Recorder records no point-to-point call): when
+    # nothing else shows where the rank is, it may be in one of them.
+    unrecorded: tuple[str, ...] = ()
 
     @property
     def position(self) -> CommOp | None:

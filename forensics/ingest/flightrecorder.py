@@ -851,7 +851,10 @@ class _Reader:
             recent_ops=tuple(op_of(pos) for pos in recent), progress=progress,
             errors=tuple(errors), timed_out=bool(timed_out),
             evidence=Evidence(display, 0, summary), named_groups=tuple(sorted(table.groups)),
-            whole_history=bool(len(table)) and min(table.rid) == 0))
+            whole_history=bool(len(table)) and min(table.rid) == 0,
+            # torch's Gloo backend records its collectives, never a send or recv
+            # (every Gloo dump of a job hung in send/recv holds only collectives)
+            unrecorded=("send", "recv") if len(table) and all(n.startswith("gloo:") for n in table.name) else ()))
 
     def frames(self, pos: int) -> list[Evidence]:
         """Where the stuck call was made: the innermost frames of the job's

@@ -92,14 +92,18 @@ def state_from_records(rank: int, records: list[ProcessRecord], existing: m.Rank
         if last is not None and last.state != "completed":
             activity, current = m.BLOCKED, _unidentified(last)
         alive = ending = None
+        # where the records leave it (before any end they state), they never show these calls
+        blind = tuple(dict.fromkeys(kind for r in claims for kind in r.unrecorded)) if activity == m.UNKNOWN else ()
         if died is not None:
             ending = _ending(died, activity, current, _why(last, None))
             activity, alive, current = m.EXITED, False, None
         why = _why(last, died)
+        if blind:
+            why += f" (these records never show a {'/'.join(blind)})"
         return m.RankState(rank=rank, host=host, pid=pid, alive=alive, activity=activity,
                            current_op=current, progress=progress, log_events=events, history=history,
                            evidence=(last.evidence if last is not None and last.evidence else identity),
-                           why=why, ending=ending)
+                           why=why, ending=ending, unrecorded=blind)
 
     updates = {"progress": progress, "log_events": existing.log_events + events,
                "history": existing.history + history}

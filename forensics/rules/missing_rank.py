@@ -79,13 +79,30 @@ def forensics_graph_findings(incident, analysis):
                             "up, was it collected?)", "它没有留下任何自己的产物（没有调用栈、日志或 dump：主机是否存活、"
                             "是否漏采？）") if silent else
                            ("which is alive but not in the call", "它仍然存活却没有进入该通信调用"))
+        # Placed only by records that never show some calls (Gloo's Flight
+        # Recorder: no send/recv): "not in the call" may be "in a send".
+        blind = list(dict.fromkeys(k for r in sinks[:8] if r in incident.ranks for k in incident.ranks[r].unrecorded))
+        if blind and all(r in incident.ranks and incident.ranks[r].activity == UNKNOWN
+                         and incident.ranks[r].unrecorded for r in sinks[:8]):
+            kinds = "/".join(blind)
+            where = (f"which is in none of the calls its records show; they never show a {kinds} (torch's Gloo "
+                     f"Flight Recorder records no point-to-point call), so it may be blocked in one")
+            where_zh = (f"它不在其记录所显示的任何调用中；但这些记录从不包含 {kinds}（torch 的 Gloo Flight Recorder "
+                        f"不记录点对点调用），它可能正阻塞在其中")
+            level = ("medium", f"only Gloo Flight Recorder dumps place rank {compact(sinks)}, and they record no "
+                               f"{kinds}: it may wait in one, on a rank that waits for it",
+                     f"只有 Gloo Flight Recorder dump 能定位 Rank {compact(sinks)}，而它们不记录 {kinds}：它可能正在其中"
+                     f"等待一个也在等它的 Rank")
+        else:
+            level = ("", "", "")
         return findings + [Finding(
             ID, "missing_rank", "error", tuple(sorted(sinks)),
             f"{len(analysis.waiting)} rank(s) wait for rank {compact(sinks)}, {where} "
             f"({', '.join(described)}). The job is stuck ({why}).",
             evidence, HINT,
             f"{len(analysis.waiting)} 个 Rank 在等待 Rank {compact(sinks)}，{where_zh}"
-            f"（{', '.join(described)}）。作业已卡住（{why_zh}）。", HINT_ZH)]
+            f"（{', '.join(described)}）。作业已卡住（{why_zh}）。", HINT_ZH,
+            confidence=level[0], confidence_reason=level[1], confidence_reason_zh=level[2])]
     return findings + [Finding(
         "waiting-on-progressing-rank", "waiting_on_progressing_rank", "info", tuple(sorted(sinks)),
         f"{len(analysis.waiting)} rank(s) wait for rank {compact(sinks)} ({', '.join(described)}); in a "
