@@ -53,3 +53,27 @@ def test_a_ten_thousand_rank_ring_collapses_around_its_pinned_ranks(tmp_path):
     self_loop = next(e for e in view.edges if e.src == e.dst == big.id)
     assert self_loop.count == len(big.ranks) - 1 and self_loop.on_cycle
     assert sum(len(n.ranks) for n in view.nodes) == 10000
+
+
+def test_every_edge_names_its_group_and_launch_order_edges_are_marked():
+    import pathlib
+
+    from forensics.report import dot, mermaid, svg
+
+    corpus = pathlib.Path(__file__).parent.parent / "corpus"
+    report = forensics.analyze(corpus / "real_boundary_exchange_3_group_cycle", jobs=1)
+    edges = {(e.src, e.dst): e for e in graphview.build(report).edges}
+    assert {k: (e.groups, e.launch_order) for k, e in edges.items()} == {
+        ("rank0", "rank1"): (("2 (halo_01)",), False),
+        ("rank1", "rank2"): (("3 (halo_12)",), False),
+        ("rank2", "rank0"): (("4 (halo_02)",), False)}
+    queued = forensics.analyze(corpus / "synthetic_fr_launch_order_tp_world", jobs=1)
+    view = graphview.build(queued)
+    marked = {(e.src, e.dst): (e.groups, e.launch_order) for e in view.edges}
+    assert marked[("rank0", "rank1")] == (("0",), True) and marked[("rank1", "rank0")] == (("1 (tp)",), True)
+    text = dot.render(queued)
+    assert '"rank1" -> "rank0" [style=dotted, label="group 1 (tp), launch order"' in text
+    assert 'n_rank1 ==>|"group 1 #40;tp#41;, launch order"| n_rank0' in "\n".join(mermaid.graph_lines(queued))
+    drawn = svg.render(view, queued.cycles)
+    assert drawn.count('class="edge cycle launch-order"') == 2 and 'data-groups="1 (tp)"' in drawn
+    assert 'class="edge launch-order"' in drawn  # ranks 2 and 3 wait for rank 1 off the cycle

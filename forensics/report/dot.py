@@ -50,10 +50,16 @@ def render(report, lang: str = "en") -> str:
         lines.append(f"  {quote(node.id)} [{', '.join(attrs)}];")
     for edge in view.edges:
         attrs = []
-        text = [f"{edge.count:,} waits"] if edge.count > 1 else []
+        text = ["group " + ", ".join(edge.groups)] if edge.groups else []
+        if edge.launch_order:
+            text.append("launch order")
+            attrs.append("style=dotted")
+        if edge.count > 1:
+            text.append(f"{edge.count:,} waits")
         if edge.semantics == "OR":
             text.append("any of")
-            attrs.append("style=dashed")
+            if not edge.launch_order:
+                attrs.append("style=dashed")
         if text:
             attrs.append(f"label={quote(', '.join(text))}")
         if edge.on_cycle:

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..graph import edges_between
 from ..model import node_label, node_rank
 from ..ranges import compact
+from ..rules.comm_waits import LAUNCH_ORDER
 
 MAX_NODES = 40           # at most this many individual ranks before classes are formed
 MAX_PINNED = 16          # individual nodes kept for culprits/cycle/dead/sinks when collapsing
@@ -44,6 +46,12 @@ class ViewEdge:
     count: int                       # waits (waiter rank → awaited rank) it stands for
     on_cycle: bool = False
     semantics: str = "AND"
+    # The process groups the waits are in ("2 (halo_01)", "0"); "p2p" marks
+    # a send/recv on a group no artifact names.
+    groups: tuple[str, ...] = ()
+    # Every wait it stands for is a call queued behind an earlier launch on
+    # the awaited rank's own device (rules/comm_waits.py: launch-order).
+    launch_order: bool = False
 
 
 @dataclass(slots=True)
@@ -69,13 +77,18 @@ def build(report, max_nodes: int = MAX_NODES) -> GraphView:
     collapse = len(ranks) > max_nodes
     pinned = set(ranks) if not collapse else _pinned(ranks, culprits, cycle_nodes, incident, analysis)
 
-    def targets(node):  # awaited real nodes, collective nodes expanded
-        out = set()
+    def launch(a, b) -> bool:
+        return any(w.rule == LAUNCH_ORDER for w in edges_between(graph, a, b))
+
+    def targets(node):  # {awaited real node: {(group, launch order)}}, collective nodes expanded
+        out: dict = {}
         for succ in graph.successors(node):
             if _virtual(succ):
-                out.update(s for s in analysis._expansion(succ) if s != node)
+                for awaited in analysis._expansion(succ):
+                    if awaited != node:
+                        out.setdefault(awaited, set()).add((_group_label(incident, succ[1]), launch(succ, awaited)))
             elif succ != node:
-                out.add(succ)
+                out.setdefault(succ, set()).add((_direct_group(incident, node), launch(node, succ)))
         return out
 
     waits = {n: targets(n) for n in real}
@@ -106,20 +119,44 @@ def build(report, max_nodes: int = MAX_NODES) -> GraphView:
         view.nodes.append(ViewNode(view_of[stream], (), f"stream {node_label(stream)}", "", "stream",
                                    on_cycle=stream in cycle_nodes, stream=True))
     counts: dict[tuple, list] = {}
-    for waiter, awaited in ((w, a) for w, targets_ in waits.items() for a in targets_):
-        if waiter not in view_of or awaited not in view_of:
-            continue
-        key = (view_of[waiter], view_of[awaited])
-        if key[0] == key[1] and len(view.node(key[0]).ranks) <= 1:
-            continue
-        entry = counts.setdefault(key, [0, False, "AND"])
-        entry[0] += 1
-        entry[1] = entry[1] or (waiter, awaited) in cycle_pairs
-        if graph.graph.get("semantics", {}).get(waiter) == "OR":
-            entry[2] = "OR"
-    view.edges = [ViewEdge(src, dst, count, on_cycle, semantics)
-                  for (src, dst), (count, on_cycle, semantics) in sorted(counts.items())]
+    for waiter, targets_ in waits.items():
+        for awaited, how in targets_.items():
+            if waiter not in view_of or awaited not in view_of:
+                continue
+            key = (view_of[waiter], view_of[awaited])
+            if key[0] == key[1] and len(view.node(key[0]).ranks) <= 1:
+                continue
+            entry = counts.setdefault(key, [0, False, "AND", set(), True])
+            entry[0] += 1
+            entry[1] = entry[1] or (waiter, awaited) in cycle_pairs
+            if graph.graph.get("semantics", {}).get(waiter) == "OR":
+                entry[2] = "OR"
+            entry[3].update(group for group, _ in how if group)
+            entry[4] = entry[4] and all(queued for _, queued in how)
+    view.edges = [ViewEdge(src, dst, count, on_cycle, semantics, tuple(sorted(groups)[:MAX_GROUPS]), queued)
+                  for (src, dst), (count, on_cycle, semantics, groups, queued) in sorted(counts.items())]
     return view
+
+
+MAX_GROUPS = 3  # group labels kept per drawn edge
+
+
+def _group_label(incident, gid: str) -> str:
+    """`2 (halo_01)`: a group's id with the name an artifact gives it."""
+    if gid.startswith("?"):
+        return gid[1:]
+    pg = incident.groups.get(gid)
+    name = pg.name if pg is not None else ""
+    return f"{gid} ({name})" if name and name not in (gid, "undefined", "default_pg") else gid
+
+
+def _direct_group(incident, node) -> str:
+    """The group of a wait drawn straight from a rank (a send or recv)."""
+    state = incident.ranks.get(node) if isinstance(node, int) else None
+    op = state.current_op if state is not None else None
+    if op is None or not op.group_known:
+        return ""
+    return _group_label(incident, op.group or "0")
 
 
 def _virtual(node) -> bool:

@@ -49,7 +49,9 @@ _L = {
         "rank": "rank", "state": "state", "op": "op", "group": "group", "seq": "seq",
         "completed": "last completed", "waits": "waits for", "why": "why", "cite": "evidence",
         "count": "count", "stack": "stack", "all_ranks": "All {n} ranks, one row each", "grouped": "{n} ranks, grouped by state",
-        "legend": ("Arrow: waits for (×N = that many rank-to-rank waits). Red: the cycle / the culprit. "
+        "legend": ("Arrow: waits for, labelled with the process group the wait is in (×N = that many "
+                   "rank-to-rank waits); dotted: the awaited call is queued behind one its rank launched earlier "
+                   "(launch order); dashed: waits for any one of them. Red: the cycle / the culprit. "
                    "Amber: blocked in a call; blue: busy elsewhere (computing, data, I/O); grey dashed: exited. "
                    "Click a box for its rank."),
         "collapsed": "{total:,} ranks drawn as {n} boxes: ranks in the same place waiting on the same ranks "
@@ -75,7 +77,8 @@ _L = {
         "rank": "Rank", "state": "状态", "op": "操作", "group": "通信组", "seq": "序号",
         "completed": "最近完成", "waits": "等待", "why": "判定依据", "cite": "证据",
         "count": "数量", "stack": "调用栈", "all_ranks": "全部 {n} 个 Rank，逐行列出", "grouped": "{n} 个 Rank，按状态归类",
-        "legend": ("箭头：等待（×N 表示这么多条 Rank 间等待）。红色：环路 / 罪魁。"
+        "legend": ("箭头：等待，标注等待所在的通信组（×N 表示这么多条 Rank 间等待）；点线：被等待的调用排在该 Rank "
+                   "先启动的调用之后（启动顺序）；虚线：等待其中任意一个。红色：环路 / 罪魁。"
                    "琥珀色：阻塞在通信调用中；蓝色：在别处忙（计算、数据、I/O）；灰色虚线：已退出。点击方框查看该 Rank。"),
         "collapsed": "{total:,} 个 Rank 画成 {n} 个方框：处于同一位置、等待相同 Rank 的归为一框；罪魁和环上成员单独显示。",
         "odd": "与众不同", "about": "规则说明", "next": "下一步", "ranks_of": "Rank",

@@ -46,8 +46,12 @@ def graph_lines(report, view=None) -> list[str]:
         shape = ('[("', '")]') if node.stream else ('["', '"]')
         lines.append(f"  {node_id(node.id)}{shape[0]}{label}{shape[1]}")
     for edge in view.edges:
-        arrow = "==>" if edge.on_cycle else "-.->" if edge.semantics == "OR" else "-->"
+        arrow = "==>" if edge.on_cycle else "-.->" if edge.semantics == "OR" or edge.launch_order else "-->"
         text = []
+        if edge.groups:
+            text.append("group " + ", ".join(edge.groups))
+        if edge.launch_order:
+            text.append("launch order")
         if edge.count > 1:
             text.append(f"{edge.count:,} waits")
         if edge.semantics == "OR":

@@ -299,9 +299,13 @@ def _border_point(box: Box, tx: float, ty: float) -> tuple[float, float]:
 
 def _edge(edge, src: Box, dst: Box, has_reverse: bool, lang: str) -> str:
     color, width, marker = (CULPRIT, 2.6, "wg-arrow-cycle") if edge.on_cycle else (EDGE, 1.4, "wg-arrow")
-    dash = ' stroke-dasharray="6 4"' if edge.semantics == "OR" else ""
-    classes = "edge cycle" if edge.on_cycle else "edge"
-    count = f"×{edge.count:,}" if edge.count > 1 else ""
+    dash = (' stroke-dasharray="2 3"' if edge.launch_order else
+            ' stroke-dasharray="6 4"' if edge.semantics == "OR" else "")
+    classes = ("edge cycle" if edge.on_cycle else "edge") + (" launch-order" if edge.launch_order else "")
+    count = " ".join(part for part in (
+        ("组 " if lang == "zh" else "group ") + ", ".join(edge.groups) if edge.groups else "",
+        ("启动顺序" if lang == "zh" else "launch order") if edge.launch_order else "",
+        f"×{edge.count:,}" if edge.count > 1 else "") if part)
     if edge.src == edge.dst:
         ox, oy = src.out
         norm = math.hypot(ox, oy) or 1.0
@@ -324,7 +328,9 @@ def _edge(edge, src: Box, dst: Box, has_reverse: bool, lang: str) -> str:
         x1, y1 = _border_point(dst, cx, cy)
         path = f"M{x0:.1f},{y0:.1f} Q{cx:.1f},{cy:.1f} {x1:.1f},{y1:.1f}"
         lx, ly = (x0 + 2 * cx + x1) / 4, (y0 + 2 * cy + y1) / 4 - 4
-    semantics = f' data-semantics="{edge.semantics}"'
+    semantics = f' data-semantics="{edge.semantics}"' + (' data-launch-order="true"' if edge.launch_order else "")
+    if edge.groups:
+        semantics += f' data-groups="{escape("; ".join(edge.groups))}"'
     label = (f'<text x="{lx:.1f}" y="{ly:.1f}" font-size="11" text-anchor="middle" fill="{color}" '
              f'paint-order="stroke" stroke="#fff" stroke-width="3">{escape(count)}</text>' if count else "")
     return (f'<g class="{classes}" data-src="{edge.src}" data-dst="{edge.dst}" data-count="{edge.count}"'
