@@ -42,6 +42,27 @@ def assess(report, verdict_of: dict) -> Confidence:
 
 
 def _by_shape(report) -> Confidence:
+    shape = _shape(report)
+    assumed = assumed_group_ranks(report.incident)
+    if assumed and report.verdict not in ("healthy", "inconclusive") and shape.level == "high":
+        return Confidence(
+            "medium", f"the stack dumps do not show which group rank {compact(assumed)} wait"
+                      f"{'s' if len(assumed) == 1 else ''} in (no --locals, or cut short): the default group is "
+                      f"assumed",
+            f"栈没有显示 Rank {compact(assumed)} 在哪个通信组中等待（没有 --locals，或被截断）：假定为默认通信组",
+            (f"py-spy dump --locals, or Flight Recorder dumps, of rank {compact(assumed)}",),
+            (f"Rank {compact(assumed)} 的 py-spy dump --locals 或 Flight Recorder dump",))
+    return shape
+
+
+def assumed_group_ranks(incident) -> list[int]:
+    """Ranks blocked in a collective whose group no artifact shows: the
+    wait rules take it for the default group, a guess the report owns up to."""
+    return sorted(r for r, s in incident.ranks.items()
+                  if s.is_blocked and s.current_op.is_collective and not s.current_op.group_known)
+
+
+def _shape(report) -> Confidence:
     incident = report.incident
     verdict = report.verdict
     silent = silent_ranks(incident)

@@ -96,7 +96,7 @@ def test_mermaid_labels_are_escaped_and_round_trip():
 def test_mermaid_highlights_culprits_and_cycle_edges(p2p):
     out = render(p2p, "mermaid")
     assert out.startswith("graph LR\n")
-    assert "n_rank0 ==> n_rank1" in out and "n_rank1 ==> n_rank0" in out
+    assert "n_rank0 ==>|\"group 0\"| n_rank1" in out and "n_rank1 ==>|\"group 0\"| n_rank0" in out
     assert "class n_rank0,n_rank1 culprit;" in out
     assert "linkStyle 0,1 stroke:#c62828" in out
 

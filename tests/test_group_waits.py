@@ -1,7 +1,9 @@
-"""Launch order inside a rank (rules/comm_waits.py, LAUNCH_ORDER): a call
-Flight Recorder shows `scheduled` behind one the same rank launched earlier
-and that `started` is queued behind it, and whoever waits for it waits
-through it. The synthetic NCCL dumps in the corpus close cycles that way."""
+"""Which group a rank waits in (a stack that does not show it leaves it
+unknown, and the confidence says the default group is assumed), and launch
+order inside a rank (rules/comm_waits.py, LAUNCH_ORDER): a call Flight
+Recorder shows `scheduled` behind one the same rank launched earlier and
+that `started` is queued behind it, and whoever waits for it waits through
+it. The synthetic NCCL dumps in the corpus close cycles that way."""
 
 import json
 import pathlib
@@ -56,3 +58,25 @@ def test_gloo_dumps_have_no_launch_order():
     """Torch's Gloo dumps never mark a call started: no queue can be read."""
     report = forensics.analyze(CORPUS / "real_boundary_exchange_3_group_cycle", jobs=1)
     assert _launch_edges(report) == [] and report.verdict == "deadlock"
+
+
+def test_a_group_no_dump_shows_is_assumed_and_the_confidence_says_so():
+    """Stacks without --locals: which group ranks 0 and 1 wait in is not
+    shown. The waits are drawn on the default group, and the confidence
+    owns up to that guess instead of claiming `high`."""
+    from dataclasses import replace
+
+    from forensics.analysis import analyze_incident
+    from forensics.plugins import Plugins
+    from helpers import incident_of
+
+    states = {"0": {"current_op": "all_reduce"}, "1": {"current_op": "all_reduce"},
+              "2": {"current_op": "compute", "alive": False, "exit_code": -9}}
+    incident = incident_of(states)
+    ranks = {r: replace(s, current_op=replace(s.current_op, group_known=False)) if s.current_op else s
+             for r, s in incident.ranks.items()}
+    known = analyze_incident(incident, Plugins(autoload=False))
+    guessed = analyze_incident(replace(incident, ranks=ranks), Plugins(autoload=False))
+    assert known.verdict == guessed.verdict == "dead_rank" and known.confidence.level == "high"
+    assert guessed.confidence.level == "medium" and "rank 0,1 wait in" in guessed.confidence.reason
+    assert guessed.confidence.missing == ("py-spy dump --locals, or Flight Recorder dumps, of rank 0,1",)
