@@ -97,6 +97,38 @@ def build_parser(plugin_set=None) -> argparse.ArgumentParser:
                               "Recorder dump), memory=12G (all processes; default 80%% of RAM); "
                               "see docs/reliability.md")
 
+    coll = sub.add_parser("collect", help="capture the ranks of a live job on this node (py-spy, /proc, "
+                                          "Flight Recorder, logs) into a folder to analyze")
+    coll.add_argument("--out", metavar="DIR", default=None,
+                      help="where to write (default forensics-collect-HOST-TIME; a node's own subfolder "
+                           "when many nodes collect into one shared folder: use OUT/$(hostname))")
+    coll.add_argument("--pid", type=int, action="append", default=[], metavar="PID",
+                      help="capture these rank processes (repeatable) instead of every rank found")
+    coll.add_argument("--job", default="", metavar="TEXT",
+                      help="when several jobs run here: the one whose description contains TEXT "
+                           "(e.g. its MASTER_PORT)")
+    coll.add_argument("--locals", action="store_true", help="also py-spy dump --locals (peers, groups)")
+    coll.add_argument("--gdb", action="store_true",
+                      help="also gdb 'thread apply all bt' (stops each rank for seconds while it runs)")
+    coll.add_argument("--snapshots", type=int, default=1, metavar="N",
+                      help="N rounds of dumps; what moved between them tells a hang from slow progress "
+                           "without --hung (default 1)")
+    coll.add_argument("--interval", type=_seconds, default=5.0, metavar="SECONDS",
+                      help="seconds between rounds (default 5)")
+    coll.add_argument("--tool-timeout", type=_seconds, default=20.0, metavar="SECONDS",
+                      help="give up on one dump of one rank after this long (default 20)")
+    coll.add_argument("--per-host", action="store_true",
+                      help="write into OUT/<this host's name>/ (what each node does under --slurm)")
+    coll.add_argument("--slurm", metavar="JOBID", default="",
+                      help="collect on every node of this Slurm job: runs `srun --overlap --jobid=JOBID "
+                           "--ntasks-per-node=1 forensics collect --per-host ...` into OUT/<host>/")
+    coll.add_argument("--analyze", action="store_true", help="print the report right after the capture")
+    coll.add_argument("--format", "-f", default="text", metavar="FORMAT", help="report format with --analyze")
+    coll.add_argument("--lang", choices=("en", "zh"), default="en")
+    coll.add_argument("--hung", action="store_true", help="with --analyze: the job is known to be stuck")
+    coll.add_argument("--output", "-o", metavar="FILE", help="with --analyze: write the report here")
+    coll.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
+
     replay = sub.add_parser("replay", help="re-diagnose a corpus of past incidents and compare "
                                            "with each one's expected.yaml")
     replay.add_argument("corpus", metavar="DIR")
@@ -224,6 +256,8 @@ def _main(argv, plugins=None) -> int:
         return EXIT_INPUT
     if args.command == "analyze":
         return _analyze(args, plugin_set)
+    if args.command == "collect":
+        return _collect(args, parser, plugin_set)
     if args.command == "replay":
         return _replay(args)
     if args.command == "rules":
@@ -235,6 +269,80 @@ def _main(argv, plugins=None) -> int:
             parser.parse_args(["messages", "--help"])
         return _messages(args)
     return EXIT_INPUT  # pragma: no cover - argparse rejects unknown commands
+
+
+def _collect(args, parser, plugin_set) -> int:
+    import socket
+    import time
+
+    from .live.collect import CollectError, Options, collect
+
+    out = args.out or f"forensics-collect-{socket.gethostname()}-{time.strftime('%Y%m%d-%H%M%S')}"
+    if args.slurm:
+        return _collect_slurm(args, out, parser, plugin_set)
+    if args.per_host:
+        out = os.path.join(out, socket.gethostname())
+    echo = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
+    options = Options(out=out, pids=tuple(args.pid), job=args.job, locals=args.locals, gdb=args.gdb,
+                      snapshots=max(1, args.snapshots), interval=args.interval, timeout=args.tool_timeout,
+                      echo=echo)
+    try:
+        manifest = collect(options)
+    except CollectError as exc:
+        print(f"forensics collect: {exc}", file=sys.stderr)
+        return EXIT_INPUT
+    failed = [f"rank {r}: {e}" for r, v in manifest["ranks"].items() for e in v["errors"]]
+    for line in failed:
+        print(f"forensics collect: {line}", file=sys.stderr)
+    if not args.analyze:
+        print(out)
+        return 0
+    argv = ["analyze", out, "--format", args.format, "--lang", args.lang, "--jobs", "1"]
+    argv += ["--hung"] if args.hung else []
+    argv += ["--output", args.output] if args.output else []
+    argv += ["--quiet"] if args.quiet else []
+    return _analyze(parser.parse_args(argv), plugin_set)
+
+
+def slurm_command(args, out: str) -> list[str]:
+    """The srun line that runs `collect` once on every node of a Slurm job."""
+    cmd = ["srun", "--overlap", f"--jobid={args.slurm}", "--ntasks-per-node=1", "--kill-on-bad-exit=0",
+           sys.executable, "-m", "forensics", "collect", "--out", os.path.abspath(out), "--per-host",
+           "--snapshots", str(max(1, args.snapshots)), "--interval", str(args.interval),
+           "--tool-timeout", str(args.tool_timeout), "--quiet"]
+    cmd += ["--locals"] if args.locals else []
+    cmd += ["--gdb"] if args.gdb else []
+    cmd += ["--job", args.job] if args.job else []
+    return cmd
+
+
+def _collect_slurm(args, out, parser, plugin_set) -> int:
+    import subprocess
+
+    cmd = slurm_command(args, out)
+    if not args.quiet:
+        print("forensics collect: " + " ".join(cmd), file=sys.stderr, flush=True)
+    try:
+        done = subprocess.run(cmd)
+    except FileNotFoundError:
+        print("forensics collect: --slurm needs srun on this host (run it from a node of the cluster)",
+              file=sys.stderr)
+        return EXIT_INPUT
+    nodes = sorted(d for d in os.listdir(out) if os.path.isfile(os.path.join(out, d, "manifest.json"))) \
+        if os.path.isdir(out) else []
+    if done.returncode != 0:
+        print(f"forensics collect: srun exited {done.returncode}; collected from {len(nodes)} node(s): "
+              f"{', '.join(nodes) or 'none'}", file=sys.stderr)
+    if not nodes:
+        return EXIT_INPUT
+    if not args.analyze:
+        print(out)
+        return 0
+    argv = ["analyze", out, "--format", args.format, "--lang", args.lang]
+    argv += ["--hung"] if args.hung else []
+    argv += ["--output", args.output] if args.output else []
+    argv += ["--quiet"] if args.quiet else []
+    return _analyze(parser.parse_args(argv), plugin_set)
 
 
 def _analyze(args, plugin_set) -> int:

@@ -492,7 +492,7 @@ class StuckSignal:
     """Evidence that the job as a whole is not progressing.
 
     kind: cli_hung | declared_hung | watchdog_timeout | op_past_timeout |
-    no_progress_between_snapshots
+    no_progress_between_snapshots | no_progress (forensics collect --snapshots)
     """
 
     kind: str

@@ -17,6 +17,7 @@ from .model import Diagnostic
 READER_PLUGINS = (
     "forensics.ingest.snapshot_plugin",
     "forensics.ingest.manifest",
+    "forensics.ingest.progress",
     "forensics.ingest.pyspy",
     "forensics.ingest.gdb",
     "forensics.ingest.pystack",

@@ -1,0 +1,1 @@
+"""Live parts: capturing a running job (`collect`)."""

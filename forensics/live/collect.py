@@ -1,0 +1,556 @@
+"""`forensics collect`: capture the ranks of a live job on this node.
+
+Finds the rank processes from /proc (their environment: RANK, LOCAL_RANK,
+WORLD_SIZE from torchrun / torch.distributed.launch / mp.spawn, or
+SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMI_RANK), groups them into jobs, and
+for every rank of the chosen job writes, as soon as each is captured:
+
+    rank<R>.pyspy.txt     py-spy dump --pid P
+    rank<R>.native.txt    py-spy dump --pid P --native
+    rank<R>.locals.txt    py-spy dump --pid P --locals          (--locals)
+    rank<R>.gdb.txt       gdb -p P -batch "thread apply all bt"  (--gdb: stops it for seconds)
+    rank<R>.proc.json     /proc status, wchan, per-thread state and CPU times
+    rank<R>.stdout.log / .stderr.log   the tail of the files behind fds 1 and 2
+    fr/…                  Flight Recorder dumps (a dump is requested through the
+                          rank's debug-info pipe where the job set one)
+    nccl/…                NCCL_DEBUG_FILE files (%h and %p expanded)
+    dmesg.txt             the kernel log's tail, where readable
+    manifest.json         rank -> pid, host, local rank, files; tool versions;
+                          every failure and why
+    progress.json         with --snapshots N: what moved between rounds
+
+Nothing is signalled but the tools this command starts. A tool past its
+timeout is killed (it is our child); the kernel then detaches it from the
+rank, and the rank's state is checked: one left stopped is reported, loudly.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import hashlib
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+RANK_KEYS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")  # in this order of trust
+ENV_KEYS = RANK_KEYS + ("LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "TORCHELASTIC_RUN_ID", "MASTER_ADDR",
+                        "MASTER_PORT", "SLURM_JOB_ID", "NCCL_DEBUG_FILE", "TORCH_NCCL_DEBUG_INFO_PIPE_FILE",
+                        "TORCH_FR_DEBUG_INFO_PIPE_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
+                        "TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_FR_BUFFER_SIZE")
+TOOL_TIMEOUT_S = 20.0
+LOG_TAIL = 16 << 20       # bytes of a rank's stdout/stderr file copied
+FR_WAIT_S = 5.0           # how long a requested Flight Recorder dump is waited for
+PTRACE_HELP = ("attaching needs ptrace permission: run as the job's user or root; in a container add "
+               "--cap-add SYS_PTRACE; or lower kernel.yama.ptrace_scope (now {scope})")
+
+
+class CollectError(Exception):
+    """A situation the user must resolve (no ranks, several jobs, an unwritable folder)."""
+
+
+@dataclass
+class Proc:
+    pid: int
+    ppid: int
+    state: str
+    start: int           # clock ticks after boot
+    cmdline: str
+    env: dict
+    threads: int = 0
+
+    @property
+    def rank(self) -> int | None:
+        for key in RANK_KEYS:
+            value = self.env.get(key, "")
+            if value.isdigit():
+                return int(value)
+        return None
+
+    @property
+    def rank_key(self) -> str:
+        return next((k for k in RANK_KEYS if self.env.get(k, "").isdigit()), "")
+
+    @property
+    def job(self) -> str:
+        env = self.env
+        parts = []
+        if env.get("MASTER_ADDR") and env.get("MASTER_PORT"):
+            parts.append(f"master {env['MASTER_ADDR']}:{env['MASTER_PORT']}")
+        if env.get("TORCHELASTIC_RUN_ID") and env["TORCHELASTIC_RUN_ID"] != "none":
+            parts.append(f"torchelastic run {env['TORCHELASTIC_RUN_ID']}")
+        if env.get("SLURM_JOB_ID"):
+            parts.append(f"slurm job {env['SLURM_JOB_ID']}")
+        return ", ".join(parts) or "job without launcher variables"
+
+
+@dataclass
+class Rank:
+    rank: int
+    proc: Proc
+    local_rank: int | None
+    files: list = field(default_factory=list)
+    errors: list = field(default_factory=list)
+
+
+# ------------------------------------------------------------------ /proc
+
+def _read(path: str, binary: bool = False, limit: int = 1 << 20):
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(limit)
+    except OSError:
+        return None
+    return data if binary else data.decode("utf-8", "replace")
+
+
+def read_proc(pid: int) -> Proc | None:
+    stat = _read(f"/proc/{pid}/stat")
+    if stat is None or ")" not in stat:
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()
+    raw_env = _read(f"/proc/{pid}/environ", binary=True, limit=4 << 20) or b""
+    env = {}
+    for item in raw_env.split(b"\0"):
+        key, sep, value = item.partition(b"=")
+        name = key.decode("ascii", "replace")
+        if sep and name in ENV_KEYS:
+            env[name] = value.decode("utf-8", "replace")
+    cmdline = (_read(f"/proc/{pid}/cmdline", binary=True) or b"").replace(b"\0", b" ").decode("utf-8", "replace")
+    return Proc(pid, int(fields[1]), fields[0], int(fields[19]), cmdline.strip(), env, int(fields[17]))
+
+
+def all_procs() -> dict[int, Proc]:
+    out = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            proc = read_proc(int(name))
+            if proc is not None:
+                out[proc.pid] = proc
+    return out
+
+
+def state_of(pid: int) -> str | None:
+    stat = _read(f"/proc/{pid}/stat")
+    return stat[stat.rindex(")") + 2:].split()[0] if stat and ")" in stat else None
+
+
+def find_jobs(procs: dict[int, Proc]) -> dict[str, list[Rank]]:
+    """{job: its ranks}. A DataLoader worker or any child inherits its rank's
+    environment: the rank is the process whose parent does not carry the
+    same rank of the same job (its launcher), the oldest if several."""
+    me = {os.getpid(), os.getppid()}
+    candidates = [p for p in procs.values() if p.rank is not None and p.pid not in me]
+    by_key: dict[tuple, list[Proc]] = {}
+    for proc in candidates:
+        by_key.setdefault((proc.job, proc.rank), []).append(proc)
+    jobs: dict[str, list[Rank]] = {}
+    for (job, rank), members in sorted(by_key.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+        pids = {p.pid for p in members}
+        heads = [p for p in members if p.ppid not in pids] or members
+        head = min(heads, key=lambda p: (p.start, p.pid))
+        local = head.env.get("LOCAL_RANK", "")
+        jobs.setdefault(job, []).append(Rank(rank, head, int(local) if local.isdigit() else None))
+    # A launcher under srun carries SLURM_PROCID but spawns workers with RANK:
+    # where a job's processes carry RANK, only those are ranks.
+    for job, ranks in jobs.items():
+        if any(r.proc.rank_key == "RANK" for r in ranks):
+            jobs[job] = [r for r in ranks if r.proc.rank_key == "RANK"]
+    return {job: ranks for job, ranks in jobs.items() if ranks}
+
+
+# ------------------------------------------------------------------ capture
+
+def _tool(cmd: list[str], out_path: str, pid: int, timeout: float) -> tuple[bool, str]:
+    """Run one capture tool; its stdout goes to out_path as it comes. (ok, why not)."""
+    before = state_of(pid)
+    try:
+        with open(out_path, "wb") as out, open(out_path + ".err", "wb") as err:
+            proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
+            try:
+                rc = proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()  # our own child; the kernel detaches it from the rank
+                proc.wait()
+                rc = None
+    except FileNotFoundError:
+        return False, f"{cmd[0]} is not installed"
+    except OSError as exc:
+        return False, f"cannot write {out_path}: {exc.strerror}"
+    err_text = _read(out_path + ".err") or ""
+    if not err_text.strip():
+        os.unlink(out_path + ".err")
+    after = state_of(pid)
+    if after in ("t", "T") and before not in ("t", "T"):
+        return False, (f"pid {pid} is left {'traced' if after == 't' else 'stopped'} ({after}) after {cmd[0]}: "
+                       f"it was not before; check it (`cat /proc/{pid}/status`)")
+    if rc is None:
+        return False, f"{os.path.basename(cmd[0])} did not finish within {timeout:.0f} s (killed; the rank runs on)"
+    if rc != 0:
+        if after is None:
+            return False, f"pid {pid} exited during the capture"
+        first = next((line for line in err_text.splitlines() if line.strip()), "")
+        if "ermission" in err_text or "ptrace" in err_text.lower():
+            scope = (_read("/proc/sys/kernel/yama/ptrace_scope") or "?").strip()
+            return False, f"{os.path.basename(cmd[0])}: {first.strip()[:200]} ({PTRACE_HELP.format(scope=scope)})"
+        return False, f"{os.path.basename(cmd[0])} exit {rc}: {first.strip()[:200]}"
+    return True, ""
+
+
+def _proc_facts(pid: int) -> dict:
+    """/proc status, wchan and each thread's state and CPU ticks."""
+    threads = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        tids = []
+    for tid in tids:
+        stat = _read(f"/proc/{pid}/task/{tid}/stat")
+        if not stat or ")" not in stat:
+            continue
+        name = stat[stat.index("(") + 1:stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2:].split()
+        threads[tid] = {"name": name, "state": fields[0], "utime": int(fields[11]), "stime": int(fields[12]),
+                        "wchan": (_read(f"/proc/{pid}/task/{tid}/wchan") or "").strip()}
+    status = {}
+    for line in (_read(f"/proc/{pid}/status") or "").splitlines():
+        key, _, value = line.partition(":")
+        if key in ("Name", "State", "PPid", "Threads", "VmRSS", "voluntary_ctxt_switches",
+                   "nonvoluntary_ctxt_switches", "SigBlk"):
+            status[key] = value.strip()
+    return {"pid": pid, "status": status, "wchan": (_read(f"/proc/{pid}/wchan") or "").strip(),
+            "threads": threads, "clock_ticks_per_s": os.sysconf("SC_CLK_TCK")}
+
+
+def _copy_tail(src: str, dst: str, limit: int = LOG_TAIL) -> bool:
+    try:
+        with open(src, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            handle.seek(max(0, size - limit))
+            data = handle.read(limit)
+    except OSError:
+        return False
+    with open(dst, "wb") as out:
+        out.write(data)
+    return True
+
+
+def _fd_file(pid: int, fd: int) -> str | None:
+    try:
+        target = os.readlink(f"/proc/{pid}/fd/{fd}")
+    except OSError:
+        return None
+    return target if target.startswith("/") and os.path.isfile(target) else None
+
+
+def _request_fr(rank: Rank) -> str:
+    """Ask the rank for a Flight Recorder dump through its debug-info pipe,
+    if the job set one. Returns what happened, for the manifest."""
+    env = rank.proc.env
+    stem = env.get("TORCH_FR_DEBUG_INFO_PIPE_FILE") or env.get("TORCH_NCCL_DEBUG_INFO_PIPE_FILE")
+    if not stem:
+        return ""
+    pipe = f"{stem}{rank.rank}.pipe"
+    try:
+        fd = os.open(pipe, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        return f"Flight Recorder pipe {pipe}: {exc.strerror}"
+    try:
+        os.write(fd, b"1\n")
+    except OSError as exc:
+        return f"Flight Recorder pipe {pipe}: {exc.strerror}"
+    finally:
+        os.close(fd)
+    return f"requested a Flight Recorder dump through {pipe}"
+
+
+def _fr_files(rank: Rank) -> list[str]:
+    env = rank.proc.env
+    found = []
+    for prefix in {env.get("TORCH_FR_DUMP_TEMP_FILE"), env.get("TORCH_NCCL_DEBUG_INFO_TEMP_FILE"),
+                   "/tmp/nccl_trace_rank_"}:
+        if prefix and os.path.isfile(f"{prefix}{rank.rank}"):
+            found.append(f"{prefix}{rank.rank}")
+    return sorted(set(found))
+
+
+def _nccl_files(rank: Rank, host: str) -> list[str]:
+    pattern = rank.proc.env.get("NCCL_DEBUG_FILE")
+    if not pattern:
+        return []
+    path = pattern.replace("%h", host).replace("%p", str(rank.proc.pid))
+    return [path] if os.path.isfile(path) else []
+
+
+DMESG_MARGIN_S = 60.0
+_DMESG_TIME = re.compile(rb"^\[\s*(\d+)\.(\d+)\]")
+
+
+def _boot_seconds(line: bytes) -> float | None:
+    found = _DMESG_TIME.match(line)
+    return float(found.group(1) + b"." + found.group(2)) if found else None
+
+
+def _fingerprint(path: str) -> str:
+    """A py-spy dump without what changes while a thread stays put (addresses, the idle/active flag)."""
+    text = _read(path) or ""
+    text = re.sub(r"0x[0-9a-f]+", "", text)
+    text = re.sub(r"\((?:idle|active)[^)]*\)", "", text)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@dataclass
+class Options:
+    out: str
+    pids: tuple[int, ...] = ()
+    job: str = ""
+    locals: bool = False
+    gdb: bool = False
+    snapshots: int = 1
+    interval: float = 5.0
+    timeout: float = TOOL_TIMEOUT_S
+    pyspy: str = ""
+    echo: object = None          # a function taking progress lines (stderr), or None
+
+
+def choose(jobs: dict[str, list[Rank]], options: Options) -> tuple[str, list[Rank]]:
+    if options.pids:
+        wanted = set(options.pids)
+        picked = [(job, [r for r in ranks if r.proc.pid in wanted]) for job, ranks in jobs.items()]
+        picked = [(job, ranks) for job, ranks in picked if ranks]
+        unknown = wanted - {r.proc.pid for _, ranks in picked for r in ranks}
+        if unknown:
+            raise CollectError(f"pid {', '.join(map(str, sorted(unknown)))}: not a rank of a distributed job "
+                               f"(no RANK, SLURM_PROCID, OMPI_COMM_WORLD_RANK or PMI_RANK in its environment, "
+                               f"or its environment is not readable by this user)")
+        if len(picked) > 1:
+            raise CollectError("the pids given belong to several jobs: " + "; ".join(j for j, _ in picked))
+        return picked[0]
+    if not jobs:
+        raise CollectError("no rank processes found on this node: no process carries RANK, SLURM_PROCID, "
+                           "OMPI_COMM_WORLD_RANK or PMI_RANK in an environment this user can read "
+                           "(run as the job's user or root, or name the ranks with --pid)")
+    if options.job:
+        matching = [job for job in jobs if options.job in job]
+        if len(matching) != 1:
+            raise CollectError(f"--job {options.job!r} matches {len(matching)} of the jobs here: "
+                               + "; ".join(f"{job} ({len(r)} ranks)" for job, r in jobs.items()))
+        return matching[0], jobs[matching[0]]
+    if len(jobs) > 1:
+        listing = "\n".join(f"  {job}: ranks {', '.join(str(r.rank) for r in ranks)} "
+                            f"(pids {', '.join(str(r.proc.pid) for r in ranks)})" for job, ranks in jobs.items())
+        raise CollectError(f"{len(jobs)} jobs run on this node; name one with --job TEXT or --pid:\n{listing}")
+    job = next(iter(jobs))
+    return job, jobs[job]
+
+
+def _pyspy(options: Options) -> str:
+    if options.pyspy:
+        return options.pyspy
+    here = os.path.join(os.path.dirname(sys.executable), "py-spy")
+    return here if os.path.exists(here) else (shutil.which("py-spy") or "py-spy")
+
+
+def _version(cmd: list[str]) -> str:
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return (out.stdout or out.stderr).strip().splitlines()[0] if (out.stdout or out.stderr).strip() else ""
+
+
+def collect(options: Options) -> dict:
+    """Capture the chosen job's ranks into options.out; returns the manifest."""
+    say = options.echo or (lambda line: None)
+    started = time.time()
+    try:
+        os.makedirs(options.out, exist_ok=True)
+        probe = os.path.join(options.out, ".forensics-write-test")
+        with open(probe, "w") as handle:
+            handle.write("ok")
+        os.unlink(probe)
+    except OSError as exc:
+        raise CollectError(f"{options.out}: cannot write there ({exc.strerror})") from None
+    job, ranks = choose(find_jobs(all_procs()), options)
+    host = socket.gethostname()
+    pyspy = _pyspy(options)
+    manifest = {
+        "schema": "forensics.collect/1", "host": host, "job": job,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+        "tools": {"py-spy": _version([pyspy, "--version"]),
+                  **({"gdb": _version(["gdb", "--version"])} if options.gdb else {})},
+        "ranks": {}, "launchers": {}, "errors": [],
+    }
+    for r in ranks:
+        parent = read_proc(r.proc.ppid)
+        if parent is not None and parent.rank is None and parent.pid > 1:
+            manifest["launchers"][str(parent.pid)] = parent.cmdline[:300]
+    say(f"collect: {job}: {len(ranks)} rank(s) on {host}: "
+        + ", ".join(f"{r.rank} (pid {r.proc.pid})" for r in ranks))
+
+    def write_manifest():
+        for r in ranks:
+            manifest["ranks"][str(r.rank)] = {"pid": r.proc.pid, "host": host, "local_rank": r.local_rank,
+                                              "cmdline": r.proc.cmdline[:300], "files": sorted(set(r.files)),
+                                              "errors": r.errors}
+        manifest["seconds"] = round(time.time() - started, 2)
+        with open(os.path.join(options.out, "manifest.json"), "w") as handle:
+            json.dump(manifest, handle, indent=1)
+
+    for r in ranks:
+        note = _request_fr(r)
+        if note.startswith("requested"):
+            manifest.setdefault("notes", []).append(f"rank {r.rank}: {note}")
+        elif note:
+            r.errors.append(note)
+    rounds: list[dict] = []
+    for round_no in range(1, max(1, options.snapshots) + 1):
+        if round_no > 1:
+            time.sleep(options.interval)
+        rounds.append(_round(ranks, options, pyspy, round_no, say))
+        write_manifest()
+    if options.snapshots > 1:
+        _write_progress(options.out, ranks, rounds, options.interval)
+    _collect_files(ranks, options.out, host, manifest)
+    write_manifest()
+    say(f"collect: done in {time.time() - started:.1f} s -> {options.out}")
+    return manifest
+
+
+def _round(ranks: list[Rank], options: Options, pyspy: str, round_no: int, say) -> dict:
+    """One round of dumps of every rank, in parallel; the last round's files stay."""
+    def one(r: Rank) -> dict:
+        pid, base = r.proc.pid, os.path.join(options.out, f"rank{r.rank}")
+        facts = _proc_facts(pid)
+        jobs = [("pyspy", [pyspy, "dump", "--pid", str(pid)], base + ".pyspy.txt")]
+        if round_no == max(1, options.snapshots):  # the slower dumps once, in the last round
+            jobs.append(("native", [pyspy, "dump", "--pid", str(pid), "--native"], base + ".native.txt"))
+            if options.locals:
+                jobs.append(("locals", [pyspy, "dump", "--pid", str(pid), "--locals"], base + ".locals.txt"))
+            if options.gdb:
+                jobs.append(("gdb", ["gdb", "-p", str(pid), "-batch", "-ex", "set pagination off",
+                                     "-ex", "thread apply all bt"], base + ".gdb.txt"))
+        seen = {"threads": {t: v["utime"] + v["stime"] for t, v in facts["threads"].items()}, "stack": "",
+                "switches": _main_switches(pid), "output": _output_size(pid)}
+        for label, cmd, path in jobs:
+            ok, why = _tool(cmd, path, pid, options.timeout)
+            if ok:
+                r.files.append(os.path.basename(path))
+                if label == "pyspy":
+                    seen["stack"] = _fingerprint(path)
+            else:
+                r.errors.append(f"round {round_no}: {label}: {why}")
+                if os.path.exists(path) and os.path.getsize(path) == 0:
+                    os.unlink(path)
+                say(f"collect: rank {r.rank} (pid {pid}): {label}: {why}")
+        if state_of(pid) is not None:
+            with open(base + ".proc.json", "w") as handle:
+                json.dump(_proc_facts(pid), handle, indent=1)
+            r.files.append(os.path.basename(base) + ".proc.json")
+        return seen
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=min(32, len(ranks) or 1)) as pool:
+        results = dict(zip((r.rank for r in ranks), pool.map(one, ranks)))
+    say(f"collect: round {round_no}: {len(ranks)} rank(s) dumped")
+    return {"time": time.time(), "ranks": results}
+
+
+MIN_SWITCHES = 4   # main-thread wakeups per interval that mean it runs a loop, not a wait
+DUMP_SWITCHES = 2  # wakeups one py-spy dump causes (measured: a rank blocked in Gloo shows 4 over 2 dumps)
+
+
+def _main_switches(pid: int) -> int | None:
+    for line in (_read(f"/proc/{pid}/task/{pid}/status") or "").splitlines():
+        if line.startswith("voluntary_ctxt_switches:"):
+            return int(line.split()[1])
+    return None
+
+
+def _output_size(pid: int) -> int | None:
+    sizes = []
+    for fd in (1, 2):
+        path = _fd_file(pid, fd)
+        if path:
+            try:
+                sizes.append(os.path.getsize(path))
+            except OSError:
+                pass
+    return sum(sizes) if sizes else None
+
+
+def _delta(a, b) -> int:
+    return b - a if isinstance(a, int) and isinstance(b, int) else 0
+
+
+def _write_progress(out: str, ranks: list[Rank], rounds: list[dict], interval: float) -> None:
+    """What moved between the first and the last round, per rank: the main
+    stack (py-spy, addresses aside) and the threads' CPU time."""
+    first, last = rounds[0]["ranks"], rounds[-1]["ranks"]
+    per_rank = {}
+    for r in ranks:
+        a, b = first.get(r.rank), last.get(r.rank)
+        if a is None or b is None or not a["stack"] or not b["stack"]:
+            continue
+        cpu = sum(b["threads"].get(t, 0) - v for t, v in a["threads"].items() if t in b["threads"])
+        stacks = [rd["ranks"].get(r.rank, {}).get("stack", "") for rd in rounds]
+        # CPU time is kept for people, not judged: NCCL spins while it waits.
+        # A main thread blocked in a collective does not wake up; one that
+        # runs a loop (steps, sleeps, I/O) switches, and a job that prints grows its logs.
+        # each py-spy dump itself wakes the main thread about twice (ptrace stops)
+        switches = max(0, _delta(a["switches"], b["switches"]) - DUMP_SWITCHES * (len(rounds) - 1))
+        output = _delta(a["output"], b["output"])
+        moved = len(set(stacks)) > 1 or output > 0 or switches >= MIN_SWITCHES * (len(rounds) - 1)
+        per_rank[str(r.rank)] = {"pid": r.proc.pid, "stack_changed": len(set(stacks)) > 1,
+                                 "main_thread_wakeups": switches, "output_bytes": output, "cpu_ticks": cpu,
+                                 "moved": moved}
+    data = {"schema": "forensics.progress/1", "rounds": len(rounds),
+            "seconds": round(rounds[-1]["time"] - rounds[0]["time"], 2), "interval_s": interval,
+            "ranks": per_rank}
+    with open(os.path.join(out, "progress.json"), "w") as handle:
+        json.dump(data, handle, indent=1)
+
+
+def _collect_files(ranks: list[Rank], out: str, host: str, manifest: dict) -> None:
+    deadline = time.time() + FR_WAIT_S
+    wants_fr = [r for r in ranks if r.proc.env.get("TORCH_FR_DEBUG_INFO_PIPE_FILE")
+                or r.proc.env.get("TORCH_NCCL_DEBUG_INFO_PIPE_FILE")]
+    while wants_fr and time.time() < deadline and not all(_fr_files(r) for r in wants_fr):
+        time.sleep(0.2)
+    for r in ranks:
+        for fd, name in ((1, "stdout"), (2, "stderr")):
+            src = _fd_file(r.proc.pid, fd)
+            if src and _copy_tail(src, os.path.join(out, f"rank{r.rank}.{name}.log")):
+                r.files.append(f"rank{r.rank}.{name}.log")
+        for src in _fr_files(r):
+            os.makedirs(os.path.join(out, "fr"), exist_ok=True)
+            dst = os.path.join(out, "fr", os.path.basename(src))
+            if _copy_tail(src, dst, 1 << 30):
+                r.files.append(os.path.join("fr", os.path.basename(src)))
+        for src in _nccl_files(r, host):
+            os.makedirs(os.path.join(out, "nccl"), exist_ok=True)
+            if _copy_tail(src, os.path.join(out, "nccl", os.path.basename(src))):
+                r.files.append(os.path.join("nccl", os.path.basename(src)))
+    try:
+        dmesg = subprocess.run(["dmesg"], capture_output=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        dmesg = None
+    if dmesg is not None and dmesg.returncode == 0 and dmesg.stdout:
+        # Only what the kernel logged since the job started: an older OOM kill
+        # or segfault is another process's story, not this job's.
+        since = min(r.proc.start for r in ranks) / os.sysconf("SC_CLK_TCK") - DMESG_MARGIN_S
+        kept = [line for line in dmesg.stdout.splitlines(keepends=True) if _boot_seconds(line) is None
+                or _boot_seconds(line) >= since]
+        with open(os.path.join(out, "dmesg.txt"), "wb") as handle:
+            handle.write(b"".join(kept)[-(4 << 20):])
+        manifest.setdefault("files", []).append("dmesg.txt")
+        manifest.setdefault("notes", []).append(
+            f"dmesg.txt: the kernel log since {since:.0f} s after boot (a minute before the job's first rank "
+            f"started); {len(dmesg.stdout.splitlines()) - len(kept)} older line(s) left out")
+    elif dmesg is not None:
+        manifest["errors"].append("dmesg: not readable by this user (kernel.dmesg_restrict)")

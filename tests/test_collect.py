@@ -1,0 +1,280 @@
+"""`forensics collect` on real hung and healthy Gloo jobs this test starts
+(torchrun on 127.0.0.1, the corpus capture's train.py): the capture names
+the verdict and culprits the corpus gives for the same bug, within 20 s for
+4 ranks, and every rank process is alive and not stopped afterwards. Bad
+situations (no ranks, a pid that is not a rank, an unwritable folder, a
+rank that exits during the capture, a rank py-spy cannot attach to) end in
+a clear message and a partial manifest, never a traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from forensics.live import collect as live
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+TRAIN = os.path.join(ROOT, "corpus", "capture", "train.py")
+
+try:
+    import torch  # noqa: F401
+    HAVE_TORCH = True
+except ImportError:
+    HAVE_TORCH = False
+PYSPY = live._pyspy(live.Options(out=""))
+HAVE_PYSPY = shutil.which(PYSPY) is not None or os.path.exists(PYSPY)
+needs_job = pytest.mark.skipif(not (HAVE_TORCH and HAVE_PYSPY),
+                               reason="needs torch (pip install torch==2.13.0) and py-spy (pip install "
+                                      "'.[collect]'): .ci/run installs both")
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Job:
+    """A torchrun job of train.py in its own session; ended by pid at the end."""
+
+    def __init__(self, tmp, scenario, nproc, *extra):
+        self.dir = tmp / "job"
+        self.dir.mkdir()
+        shutil.copy(TRAIN, self.dir / "train.py")
+        self.port = _port()
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCH", "RANK", "MASTER"))}
+        env.update(JOB_OUTDIR=str(self.dir / "out"), TORCH_FR_BUFFER_SIZE="2000", FR_IDLE_DUMP_S="3600",
+                   OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(nproc),
+               "--master-addr", "127.0.0.1", "--master-port", str(self.port), "--log-dir", str(self.dir / "logs"),
+               "--redirects", "3", str(self.dir / "train.py"), "--scenario", scenario, *extra]
+        self.console = open(self.dir / "console.log", "wb")
+        self.proc = subprocess.Popen(cmd, cwd=self.dir, env=env, stdout=self.console, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        self.nproc = nproc
+
+    def ranks(self) -> dict[int, int]:
+        jobs = live.find_jobs(live.all_procs())
+        mine = [ranks for job, ranks in jobs.items() if f":{self.port}" in job]
+        return {r.rank: r.proc.pid for r in mine[0]} if mine else {}
+
+    def wait_for(self, marker: str, timeout: float = 120) -> dict[int, int]:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            assert self.proc.poll() is None, (self.dir / "console.log").read_text()[-3000:]
+            outs = list((self.dir / "logs").rglob("stdout.log"))
+            if len(outs) == self.nproc and all(marker in p.read_text(errors="replace") for p in outs):
+                return self.ranks()
+            time.sleep(0.5)
+        raise AssertionError(f"job never reached {marker!r}: " + (self.dir / "console.log").read_text()[-3000:])
+
+    def _descendants(self) -> list[int]:
+        procs = live.all_procs()
+        found, frontier = [], {self.proc.pid}
+        while frontier:
+            children = [p.pid for p in procs.values() if p.ppid in frontier and p.pid not in found]
+            found += children
+            frontier = set(children)
+        return [pid for pid in found if str(self.dir) in procs[pid].cmdline]
+
+    def end(self):
+        """End the agent and every worker of this job (torchrun starts each
+        worker in a session of its own: killing the agent's group is not enough)."""
+        workers = self._descendants()
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        deadline = time.time() + 10
+        while time.time() < deadline and any(live.state_of(p) not in (None, "Z") for p in workers):
+            time.sleep(0.2)
+        for pid in workers:
+            if live.state_of(pid) not in (None, "Z"):
+                os.kill(pid, signal.SIGKILL)
+        self.console.close()
+
+
+@pytest.fixture
+def job_factory(tmp_path):
+    jobs = []
+
+    def start(scenario, nproc, *extra):
+        job = Job(tmp_path, scenario, nproc, *extra)
+        jobs.append(job)
+        return job
+    yield start
+    for job in jobs:
+        job.end()
+
+
+def _collect(out, *args, timeout=120):
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "forensics", "collect", "--out", str(out), *args],
+                          capture_output=True, text=True, timeout=timeout)
+    return proc, time.monotonic() - started
+
+
+def _alive_and_running(pids):
+    for pid in pids:
+        state = live.state_of(pid)
+        assert state is not None, f"pid {pid} is gone"
+        assert state not in ("t", "T"), f"pid {pid} left stopped ({state})"
+
+
+@needs_job
+def test_a_p2p_cycle_is_captured_and_diagnosed(job_factory, tmp_path):
+    job = job_factory("p2p_cycle_2", 2)
+    ranks = job.wait_for("pipeline_stage_exchange")
+    time.sleep(2)
+    proc, seconds = _collect(tmp_path / "out", "--job", str(job.port), "--analyze", "-f", "json")
+    assert proc.returncode == 1, proc.stderr  # 1: a hang was found
+    report = json.loads(proc.stdout)
+    assert report["verdict"] == "deadlock" and report["culprit_ranks"] == [0, 1]
+    assert seconds < 20, seconds
+    _alive_and_running(ranks.values())
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert {int(r): v["pid"] for r, v in manifest["ranks"].items()} == ranks
+    assert all("rank%s.pyspy.txt" % r in v["files"] and "rank%s.stdout.log" % r in v["files"]
+               for r, v in manifest["ranks"].items())
+
+
+@needs_job
+def test_a_missing_rank_is_stuck_by_snapshots_without_hung(job_factory, tmp_path):
+    job = job_factory("missing_rank_dataloader", 4)
+    ranks = job.wait_for("warm-up done")
+    time.sleep(3)
+    proc, seconds = _collect(tmp_path / "one", "--job", str(job.port), "--analyze", "-f", "json")
+    single = json.loads(proc.stdout)
+    assert single["verdict"] == "healthy" and seconds < 20, (single["verdict"], seconds)  # one round: not known stuck
+    proc, _ = _collect(tmp_path / "three", "--job", str(job.port), "--snapshots", "3", "--interval", "2",
+                       "--analyze", "-f", "json")
+    report = json.loads(proc.stdout)
+    assert report["verdict"] == "missing_rank" and report["culprit_ranks"] == [2], report["verdict"]
+    assert any(s["kind"] == "no_progress" for s in report["decided_by"]), report["decided_by"]
+    _alive_and_running(ranks.values())
+    progress = json.loads((tmp_path / "three" / "progress.json").read_text())
+    assert progress["rounds"] == 3 and not any(v["moved"] for v in progress["ranks"].values())
+
+
+@needs_job
+def test_a_progressing_job_is_healthy_by_snapshots(job_factory, tmp_path):
+    job = job_factory("sigkill_one_rank", 2, "--extra-steps", "100000", "--step-time", "0.2", "--stall-rank", "9")
+    ranks = job.wait_for("warm-up done")
+    proc, _ = _collect(tmp_path / "out", "--job", str(job.port), "--snapshots", "3", "--interval", "2",
+                       "--analyze", "-f", "json")
+    report = json.loads(proc.stdout)
+    assert report["verdict"] == "healthy", report
+    progress = json.loads((tmp_path / "out" / "progress.json").read_text())
+    assert all(v["moved"] for v in progress["ranks"].values()), progress
+    _alive_and_running(ranks.values())
+
+
+@needs_job
+def test_a_rank_that_exits_during_the_capture_leaves_a_partial_manifest(job_factory, tmp_path, monkeypatch):
+    job = job_factory("p2p_cycle_2", 2)
+    ranks = job.wait_for("pipeline_stage_exchange")
+    victim = ranks[1]
+    real_tool = live._tool
+
+    def tool(cmd, out_path, pid, timeout):
+        if pid == victim and "--native" in cmd:
+            os.kill(pid, signal.SIGKILL)  # the rank ends under the capture (a process of our own test job)
+            deadline = time.time() + 10
+            while live.state_of(pid) not in (None, "Z") and time.time() < deadline:
+                time.sleep(0.1)
+        return real_tool(cmd, out_path, pid, timeout)
+
+    monkeypatch.setattr(live, "_tool", tool)
+    manifest = live.collect(live.Options(out=str(tmp_path / "out"), job=str(job.port)))
+    errors = manifest["ranks"]["1"]["errors"]
+    assert any("native" in e and ("exited during the capture" in e or "exit" in e) for e in errors), errors
+    written = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert "rank1.pyspy.txt" in written["ranks"]["1"]["files"]
+
+
+@needs_job
+def test_a_rank_py_spy_cannot_attach_to_is_named_with_the_reason(job_factory, tmp_path):
+    """py-spy run as another user without ptrace rights cannot attach: the
+    error says why and how to fix it; the other ranks are still captured."""
+    job = job_factory("p2p_cycle_2", 2)
+    job.wait_for("pipeline_stage_exchange")
+    fake = tmp_path / "py-spy"
+    fake.write_text("#!/bin/sh\necho 'Error: Permission Denied: Try running again with elevated permissions "
+                    "by going \"sudo env \\\"PATH=$PATH\\\" !!\"' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    options = live.Options(out=str(tmp_path / "out"), job=str(job.port), pyspy=str(fake))
+    manifest = live.collect(options)
+    errors = manifest["ranks"]["0"]["errors"]
+    assert any("Permission Denied" in e and "ptrace" in e and "SYS_PTRACE" in e for e in errors), errors
+
+
+def test_no_ranks_found_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setattr(live, "all_procs", lambda: {})
+    with pytest.raises(live.CollectError, match="no rank processes found on this node"):
+        live.collect(live.Options(out=str(tmp_path / "out")))
+    proc = subprocess.run([sys.executable, "-m", "forensics", "collect", "--out", str(tmp_path / "x"),
+                           "--pid", str(os.getpid())], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "not a rank of a distributed job" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_an_unwritable_folder_is_a_clear_error(tmp_path):
+    target = tmp_path / "file"
+    target.write_text("not a folder")
+    proc = subprocess.run([sys.executable, "-m", "forensics", "collect", "--out", str(target / "sub")],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "cannot write there" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_workers_are_not_ranks_and_several_jobs_must_be_chosen():
+    """A DataLoader worker inherits its rank's environment; the rank is the
+    process whose parent does not carry it."""
+    def proc(pid, ppid, rank, port, start):
+        return live.Proc(pid, ppid, "S", start, "python train.py",
+                         {"RANK": str(rank), "LOCAL_RANK": str(rank), "MASTER_ADDR": "127.0.0.1",
+                          "MASTER_PORT": str(port)})
+    procs = {p.pid: p for p in (proc(101, 100, 0, 29500, 5), proc(102, 100, 1, 29500, 5),
+                                proc(103, 101, 0, 29500, 9),  # rank 0's DataLoader worker
+                                proc(201, 200, 0, 29600, 7))}
+    jobs = live.find_jobs(procs)
+    assert {job: [(r.rank, r.proc.pid) for r in ranks] for job, ranks in jobs.items()} == {
+        "master 127.0.0.1:29500": [(0, 101), (1, 102)], "master 127.0.0.1:29600": [(0, 201)]}
+    with pytest.raises(live.CollectError, match="2 jobs run on this node"):
+        live.choose(jobs, live.Options(out=""))
+    assert live.choose(jobs, live.Options(out="", job="29600"))[0] == "master 127.0.0.1:29600"
+
+
+def test_slurm_fan_out_runs_collect_once_per_node_into_host_folders(tmp_path, monkeypatch):
+    """The srun line and what `analyze OUT/` does with the node folders.
+    srun here is a stand-in that runs the command once, as the one node of
+    this machine would (a Slurm cluster is not started by this test)."""
+    from forensics import cli
+
+    fake = tmp_path / "bin" / "srun"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\necho \"$@\" > \"$FAKE_SRUN_ARGS\"\nshift 4\nexec \"$@\"\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_SRUN_ARGS", str(tmp_path / "srun.args"))
+    args = cli.build_parser().parse_args(["collect", "--slurm", "4242", "--out", str(tmp_path / "out"),
+                                          "--snapshots", "2", "--locals"])
+    cmd = cli.slurm_command(args, str(tmp_path / "out"))
+    assert cmd[:5] == ["srun", "--overlap", "--jobid=4242", "--ntasks-per-node=1", "--kill-on-bad-exit=0"]
+    assert cmd[cmd.index("--out") + 1] == str(tmp_path / "out") and "--per-host" in cmd and "--locals" in cmd
+    proc = subprocess.run([sys.executable, "-m", "forensics", "collect", "--slurm", "4242", "--out",
+                           str(tmp_path / "out")], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PATH": f"{fake.parent}:{os.environ['PATH']}"})
+    assert (tmp_path / "srun.args").read_text().startswith("--overlap --jobid=4242 --ntasks-per-node=1")
+    # no ranks on this node: the node's collect says so, and the fan-out reports what it got
+    assert proc.returncode == 2 and "no rank processes found" in proc.stderr and "srun exited 2" in proc.stderr
