@@ -13,8 +13,9 @@ files). Families of artifact kinds:
               torchelastic error files
     snapshot  watchdog snapshots
 
-Rank maps (pid -> rank) say who is who, not what anyone does: they go with
-every subset.
+Rank maps (pid -> rank) say who is who, not what anyone does, and a
+collect's progress.json whether anything moved (what --hung says): they go
+with every subset.
 
 A subset is judged as the user who collected it would run it: knowing the
 job hung (`--hung`) whenever the whole incident is not healthy. Losing
@@ -44,7 +45,7 @@ FAMILIES = {
     "torch-log": "logs", "nccl": "logs", "messages": "logs", "elastic-error": "logs",
     "snapshot": "snapshot",
 }
-ALWAYS = {"rank-map"}
+ALWAYS = {"rank-map", "collect-progress"}  # who is who; whether anything moved (as --hung says)
 LESS_SPECIFIC = {("missing_rank", "dead_rank")}  # (a subset's verdict, the whole's), same culprits
 
 

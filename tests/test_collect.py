@@ -278,3 +278,20 @@ def test_slurm_fan_out_runs_collect_once_per_node_into_host_folders(tmp_path, mo
     assert (tmp_path / "srun.args").read_text().startswith("--overlap --jobid=4242 --ntasks-per-node=1")
     # no ranks on this node: the node's collect says so, and the fan-out reports what it got
     assert proc.returncode == 2 and "no rank processes found" in proc.stderr and "srun exited 2" in proc.stderr
+
+
+def test_the_kernel_log_keeps_only_what_came_after_the_job_started(tmp_path, monkeypatch):
+    """An OOM kill from before the job is another process's story; its
+    report's continuation lines go with it."""
+    dmesg = (b"[  100.000001] Out of memory: Killed process 6056 (python) total-vm:35378592kB\n"
+             b"               active_file:53 inactive_file:27 isolated_file:0\n"
+             b"[ 9000.500000] python[7001]: segfault at 0 ip 0000 sp 0000 error 4 in libc.so.6\n"
+             b"               continuation of the new one\n")
+    rank = live.Rank(0, live.Proc(7001, 7000, "S", 8990 * os.sysconf("SC_CLK_TCK"), "python train.py",
+                                  {"RANK": "0"}), 0)
+    monkeypatch.setattr(live.subprocess, "run",
+                        lambda *a, **k: subprocess.CompletedProcess(a, 0, dmesg, b""))
+    manifest = {"errors": []}
+    live._collect_files([rank], str(tmp_path), "node1", manifest)
+    assert (tmp_path / "dmesg.txt").read_bytes() == dmesg.split(b"\n", 2)[2]
+    assert "2 older line(s) left out" in manifest["notes"][0]

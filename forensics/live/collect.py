@@ -544,8 +544,13 @@ def _collect_files(ranks: list[Rank], out: str, host: str, manifest: dict) -> No
         # Only what the kernel logged since the job started: an older OOM kill
         # or segfault is another process's story, not this job's.
         since = min(r.proc.start for r in ranks) / os.sysconf("SC_CLK_TCK") - DMESG_MARGIN_S
-        kept = [line for line in dmesg.stdout.splitlines(keepends=True) if _boot_seconds(line) is None
-                or _boot_seconds(line) >= since]
+        kept, keep = [], False
+        for line in dmesg.stdout.splitlines(keepends=True):
+            stamp = _boot_seconds(line)
+            if stamp is not None:
+                keep = stamp >= since
+            if keep:  # a continuation line goes with the stamped line above it
+                kept.append(line)
         with open(os.path.join(out, "dmesg.txt"), "wb") as handle:
             handle.write(b"".join(kept)[-(4 << 20):])
         manifest.setdefault("files", []).append("dmesg.txt")

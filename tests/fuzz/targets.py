@@ -154,6 +154,8 @@ TARGETS = {t.name: t for t in (
            about="watchdog snapshots, JSON and YAML"),
     Target("rank_map", ("rank-map",), "ranks.json", _reader("forensics.ingest.manifest", "parse"),
            about="pid/rank maps and collect manifests, JSON and YAML"),
+    Target("progress", ("collect-progress",), "progress.json", _reader("forensics.ingest.progress", "parse"),
+           about="forensics collect's progress between snapshot rounds"),
     Target("messages", ("messages",), "stated.log", _statements,
            about="any text file searched for catalogued messages"),
     Target("yaml_rules", ("yaml-rules",), "rules.yaml", _yaml_rules, about="user YAML rule files"),
