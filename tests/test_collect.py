@@ -295,3 +295,28 @@ def test_the_kernel_log_keeps_only_what_came_after_the_job_started(tmp_path, mon
     live._collect_files([rank], str(tmp_path), "node1", manifest)
     assert (tmp_path / "dmesg.txt").read_bytes() == dmesg.split(b"\n", 2)[2]
     assert "2 older line(s) left out" in manifest["notes"][0]
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A real file system of 24 KiB (tmpfs), so writes fail with ENOSPC."""
+    mount = tmp_path / "tiny"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24k", "tmpfs", str(mount)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs to fill up here ({done.stderr.strip()}): needs root")
+    yield mount
+    subprocess.run(["umount", str(mount)], check=True)
+
+
+@needs_job
+def test_a_full_disk_ends_in_a_partial_manifest_and_clear_messages(job_factory, full_disk):
+    job = job_factory("p2p_cycle_2", 2)
+    ranks = job.wait_for("pipeline_stage_exchange")
+    proc, _ = _collect(full_disk / "out", "--job", str(job.port))
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert "No space left on device" in proc.stderr, proc.stderr
+    manifest = json.loads((full_disk / "out" / "manifest.json").read_text())
+    assert {int(r): v["pid"] for r, v in manifest["ranks"].items()} == ranks
+    _alive_and_running(ranks.values())

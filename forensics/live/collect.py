@@ -27,6 +27,7 @@ rank, and the rank's state is checked: one left stopped is reported, loudly.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import hashlib
 import json
 import os
@@ -227,6 +228,26 @@ def _proc_facts(pid: int) -> dict:
             "threads": threads, "clock_ticks_per_s": os.sysconf("SC_CLK_TCK")}
 
 
+WRITE_ERRORS: list[str] = []  # files that could not be written (a full disk): reported, never raised
+
+
+def _write(path: str, data: bytes) -> bool:
+    try:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        with open(path, "wb") as out:
+            out.write(data)
+        return True
+    except OSError as exc:
+        WRITE_ERRORS.append(f"cannot write {path}: {exc.strerror}")
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        return False
+
+
+def _write_json(path: str, value) -> bool:
+    return _write(path, json.dumps(value, indent=1).encode())
+
+
 def _copy_tail(src: str, dst: str, limit: int = LOG_TAIL) -> bool:
     try:
         with open(src, "rb") as handle:
@@ -236,9 +257,7 @@ def _copy_tail(src: str, dst: str, limit: int = LOG_TAIL) -> bool:
             data = handle.read(limit)
     except OSError:
         return False
-    with open(dst, "wb") as out:
-        out.write(data)
-    return True
+    return _write(dst, data)
 
 
 def _fd_file(pid: int, fd: int) -> str | None:
@@ -391,6 +410,7 @@ def collect(options: Options) -> dict:
         parent = read_proc(r.proc.ppid)
         if parent is not None and parent.rank is None and parent.pid > 1:
             manifest["launchers"][str(parent.pid)] = parent.cmdline[:300]
+    WRITE_ERRORS.clear()
     say(f"collect: {job}: {len(ranks)} rank(s) on {host}: "
         + ", ".join(f"{r.rank} (pid {r.proc.pid})" for r in ranks))
 
@@ -400,9 +420,13 @@ def collect(options: Options) -> dict:
                                               "cmdline": r.proc.cmdline[:300], "files": sorted(set(r.files)),
                                               "errors": r.errors}
         manifest["seconds"] = round(time.time() - started, 2)
-        with open(os.path.join(options.out, "manifest.json"), "w") as handle:
-            json.dump(manifest, handle, indent=1)
+        for error in WRITE_ERRORS:
+            if error not in manifest["errors"]:
+                manifest["errors"].append(error)
+                say(f"collect: {error}")
+        _write_json(os.path.join(options.out, "manifest.json"), manifest)
 
+    write_manifest()  # first: whatever fails later, who was to be captured is on disk
     for r in ranks:
         note = _request_fr(r)
         if note.startswith("requested"):
@@ -450,9 +474,8 @@ def _round(ranks: list[Rank], options: Options, pyspy: str, round_no: int, say) 
                     os.unlink(path)
                 say(f"collect: rank {r.rank} (pid {pid}): {label}: {why}")
         if state_of(pid) is not None:
-            with open(base + ".proc.json", "w") as handle:
-                json.dump(_proc_facts(pid), handle, indent=1)
-            r.files.append(os.path.basename(base) + ".proc.json")
+            if _write_json(base + ".proc.json", _proc_facts(pid)):
+                r.files.append(os.path.basename(base) + ".proc.json")
         return seen
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=min(32, len(ranks) or 1)) as pool:
@@ -512,8 +535,7 @@ def _write_progress(out: str, ranks: list[Rank], rounds: list[dict], interval: f
     data = {"schema": "forensics.progress/1", "rounds": len(rounds),
             "seconds": round(rounds[-1]["time"] - rounds[0]["time"], 2), "interval_s": interval,
             "ranks": per_rank}
-    with open(os.path.join(out, "progress.json"), "w") as handle:
-        json.dump(data, handle, indent=1)
+    _write_json(os.path.join(out, "progress.json"), data)
 
 
 def _collect_files(ranks: list[Rank], out: str, host: str, manifest: dict) -> None:
@@ -528,12 +550,10 @@ def _collect_files(ranks: list[Rank], out: str, host: str, manifest: dict) -> No
             if src and _copy_tail(src, os.path.join(out, f"rank{r.rank}.{name}.log")):
                 r.files.append(f"rank{r.rank}.{name}.log")
         for src in _fr_files(r):
-            os.makedirs(os.path.join(out, "fr"), exist_ok=True)
             dst = os.path.join(out, "fr", os.path.basename(src))
             if _copy_tail(src, dst, 1 << 30):
                 r.files.append(os.path.join("fr", os.path.basename(src)))
         for src in _nccl_files(r, host):
-            os.makedirs(os.path.join(out, "nccl"), exist_ok=True)
             if _copy_tail(src, os.path.join(out, "nccl", os.path.basename(src))):
                 r.files.append(os.path.join("nccl", os.path.basename(src)))
     try:
@@ -551,9 +571,8 @@ def _collect_files(ranks: list[Rank], out: str, host: str, manifest: dict) -> No
                 keep = stamp >= since
             if keep:  # a continuation line goes with the stamped line above it
                 kept.append(line)
-        with open(os.path.join(out, "dmesg.txt"), "wb") as handle:
-            handle.write(b"".join(kept)[-(4 << 20):])
-        manifest.setdefault("files", []).append("dmesg.txt")
+        if _write(os.path.join(out, "dmesg.txt"), b"".join(kept)[-(4 << 20):]):
+            manifest.setdefault("files", []).append("dmesg.txt")
         manifest.setdefault("notes", []).append(
             f"dmesg.txt: the kernel log since {since:.0f} s after boot (a minute before the job's first rank "
             f"started); {len(dmesg.stdout.splitlines()) - len(kept)} older line(s) left out")
