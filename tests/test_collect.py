@@ -320,3 +320,30 @@ def test_a_full_disk_ends_in_a_partial_manifest_and_clear_messages(job_factory, 
     manifest = json.loads((full_disk / "out" / "manifest.json").read_text())
     assert {int(r): v["pid"] for r, v in manifest["ranks"].items()} == ranks
     _alive_and_running(ranks.values())
+
+
+def test_a_flight_recorder_dump_is_requested_through_the_ranks_pipe(tmp_path):
+    """ProcessGroupNCCL reads `<TORCH_FR_DEBUG_INFO_PIPE_FILE><rank>.pipe`
+    (a FIFO it creates) and dumps to `<TORCH_FR_DUMP_TEMP_FILE><rank>`.
+    Torch's Gloo backend opens no such pipe, so a real FIFO with a reader
+    stands in for the job's side here. A pipe nobody reads is reported,
+    never waited on."""
+    stem = str(tmp_path / "fr_pipe_")
+    me = live.read_proc(os.getpid())
+    rank = live.Rank(3, live.Proc(os.getpid(), os.getppid(), "S", me.start, "python train.py",
+                                  {"RANK": "3", "TORCH_FR_DEBUG_INFO_PIPE_FILE": stem,
+                                   "TORCH_FR_DUMP_TEMP_FILE": str(tmp_path / "dump_")}), 3)
+    os.mkfifo(stem + "3.pipe")
+    started = time.monotonic()
+    assert "No such device or address" in live._request_fr(rank)  # no reader: ENXIO at once
+    assert time.monotonic() - started < 1
+    reader = os.open(stem + "3.pipe", os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        assert live._request_fr(rank) == f"requested a Flight Recorder dump through {stem}3.pipe"
+        assert os.read(reader, 16) == b"1\n"
+    finally:
+        os.close(reader)
+    (tmp_path / "dump_3").write_bytes(b"\x80\x02}q\x00.")
+    assert live._fr_files(rank) == [str(tmp_path / "dump_3")]
+    os.utime(tmp_path / "dump_3", (1, 1))  # a file left by a run before this process started
+    assert live._fr_files(rank) == []

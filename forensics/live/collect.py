@@ -290,13 +290,25 @@ def _request_fr(rank: Rank) -> str:
 
 
 def _fr_files(rank: Rank) -> list[str]:
+    """The rank's Flight Recorder dump files written since it started (an
+    older file of the same name is another run's)."""
     env = rank.proc.env
+    since = _boot_time() + rank.proc.start / os.sysconf("SC_CLK_TCK")
     found = []
     for prefix in {env.get("TORCH_FR_DUMP_TEMP_FILE"), env.get("TORCH_NCCL_DEBUG_INFO_TEMP_FILE"),
                    "/tmp/nccl_trace_rank_"}:
-        if prefix and os.path.isfile(f"{prefix}{rank.rank}"):
-            found.append(f"{prefix}{rank.rank}")
+        path = f"{prefix}{rank.rank}" if prefix else ""
+        with contextlib.suppress(OSError):
+            if path and os.path.isfile(path) and os.path.getmtime(path) >= since - 1:
+                found.append(path)
     return sorted(set(found))
+
+
+def _boot_time() -> float:
+    for line in (_read("/proc/stat") or "").splitlines():
+        if line.startswith("btime "):
+            return float(line.split()[1])
+    return 0.0
 
 
 def _nccl_files(rank: Rank, host: str) -> list[str]:
