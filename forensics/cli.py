@@ -323,7 +323,7 @@ def _collect_slurm(args, out, parser, plugin_set) -> int:
     if not args.quiet:
         print("forensics collect: " + " ".join(cmd), file=sys.stderr, flush=True)
     try:
-        done = subprocess.run(cmd)
+        done = subprocess.run(cmd, stdout=sys.stderr)  # the nodes' own lines; stdout is for the report
     except FileNotFoundError:
         print("forensics collect: --slurm needs srun on this host (run it from a node of the cluster)",
               file=sys.stderr)

@@ -8,6 +8,7 @@ a clear message and a partial manifest, never a traceback."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -347,3 +348,148 @@ def test_a_flight_recorder_dump_is_requested_through_the_ranks_pipe(tmp_path):
     assert live._fr_files(rank) == [str(tmp_path / "dump_3")]
     os.utime(tmp_path / "dump_3", (1, 1))  # a file left by a run before this process started
     assert live._fr_files(rank) == []
+
+
+def test_launchers_that_carry_a_rank_variable_are_not_a_job_of_their_own():
+    """Under srun the batch shell and torchrun carry SLURM_PROCID=0 but not
+    the MASTER_* torchrun gives its workers."""
+    shell = live.Proc(10, 1, "S", 1, "bash job.sh", {"SLURM_PROCID": "0", "SLURM_JOB_ID": "7"})
+    agent = live.Proc(11, 10, "S", 2, "torchrun train.py", {"SLURM_PROCID": "0", "SLURM_JOB_ID": "7"})
+    workers = [live.Proc(12 + r, 11, "S", 3, "python train.py",
+                         {"RANK": str(r), "SLURM_PROCID": "0", "SLURM_JOB_ID": "7", "MASTER_ADDR": "127.0.0.1",
+                          "MASTER_PORT": "29500"}) for r in range(2)]
+    jobs = live.find_jobs({p.pid: p for p in (shell, agent, *workers)})
+    assert {job: [(r.rank, r.proc.pid) for r in ranks] for job, ranks in jobs.items()} == {
+        "master 127.0.0.1:29500, slurm job 7": [(0, 12), (1, 13)]}
+
+
+SLURM_BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "srun", "sinfo", "scancel")
+
+
+@pytest.fixture
+def slurm_cluster(tmp_path):
+    """A one-node Slurm cluster started from Debian's slurm-wlm and munge,
+    with its own munge socket and key, ports and state under tmp_path;
+    stopped (by the pids it started) afterwards."""
+    missing = [b for b in SLURM_BINARIES if shutil.which(b) is None]
+    if missing:
+        pytest.skip(f"Slurm is not installed ({', '.join(missing)} missing): apt-get install slurm-wlm munge "
+                    f"(.ci/run does)")
+    if os.geteuid() != 0:
+        pytest.skip("the test cluster runs slurmd as root (it starts job steps as their users)")
+    base = tmp_path / "slurm"
+    for sub in ("state", "spool", "munge"):
+        (base / sub).mkdir(parents=True)
+    key = base / "munge" / "munge.key"
+    key.write_bytes(os.urandom(1024))
+    key.chmod(0o600)
+    sock = base / "munge" / "munge.sock"
+    host = socket.gethostname()
+    ctl, node = _port(), _port()
+    conf = base / "slurm.conf"
+    conf.write_text("\n".join([
+        "ClusterName=forensics", f"SlurmctldHost={host}", "SlurmUser=root", "SlurmdUser=root",
+        "AuthType=auth/munge", "CredType=cred/munge", f"AuthInfo=socket={sock}",
+        f"StateSaveLocation={base}/state", f"SlurmdSpoolDir={base}/spool",
+        f"SlurmctldPidFile={base}/slurmctld.pid", f"SlurmdPidFile={base}/slurmd.pid",
+        f"SlurmctldPort={ctl}", f"SlurmdPort={node}",
+        f"SlurmctldLogFile={base}/slurmctld.log", f"SlurmdLogFile={base}/slurmd.log",
+        "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "JobAcctGatherType=jobacct_gather/none",
+        "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core", "ReturnToService=2", "MpiDefault=none",
+        f"NodeName={host} CPUs={os.cpu_count() or 1} State=UNKNOWN",
+        f"PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES", ""]))
+    env = {**os.environ, "SLURM_CONF": str(conf)}
+    started = []
+    munged = subprocess.run(["munged", "--force", f"--socket={sock}", f"--key-file={key}",
+                             f"--pid-file={base}/munge/munged.pid", f"--log-file={base}/munge/munged.log",
+                             f"--seed-file={base}/munge/munged.seed"], capture_output=True, text=True)
+    if munged.returncode != 0:
+        pytest.skip(f"munged does not start here: {munged.stderr.strip()[:200]}")
+    started.append(base / "munge" / "munged.pid")
+    for daemon in ("slurmctld", "slurmd"):
+        subprocess.run([daemon], env=env, check=True)
+        started.append(base / f"{daemon}.pid")
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            state = subprocess.run(["sinfo", "-h", "-o", "%t"], env=env, capture_output=True, text=True).stdout
+            if state.strip() in ("idle", "mix", "alloc"):
+                break
+            time.sleep(1)
+        else:
+            pytest.skip("the test Slurm cluster did not come up: " + (base / "slurmctld.log").read_text()[-500:])
+        yield env
+    finally:
+        # End every job of this cluster (they are the test's), then the
+        # daemons, then anything the job steps left (all started here).
+        subprocess.run(["scancel", "--full", "--quiet", "--partition=debug"], env=env)
+        deadline = time.time() + 30
+        while time.time() < deadline and subprocess.run(["squeue", "-h"], env=env, capture_output=True,
+                                                        text=True).stdout.strip():
+            time.sleep(0.5)
+        daemons = []
+        for pid_file in started:
+            with contextlib.suppress(OSError, ValueError):
+                daemons.append(int(pid_file.read_text().split()[0]))
+        procs = live.all_procs()
+        ours = daemons + [p.pid for p in procs.values() if p.pid not in daemons and _under(procs, p.pid, daemons)]
+        for pid in ours:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGTERM)
+        deadline = time.time() + 10
+        while time.time() < deadline and any(live.state_of(p) not in (None, "Z") for p in ours):
+            time.sleep(0.2)
+        for pid in ours:  # slurmctld may hang saving its state while its script daemon is gone
+            if live.state_of(pid) not in (None, "Z"):
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+
+
+def _under(procs, pid, roots) -> bool:
+    while pid in procs and pid > 1:
+        pid = procs[pid].ppid
+        if pid in roots:
+            return True
+    return False
+
+
+@needs_job
+def test_slurm_fan_out_on_a_real_one_node_cluster(slurm_cluster, tmp_path):
+    """A p2p-cycle job submitted with sbatch (torchrun inside it); `collect
+    --slurm JOBID` runs collect on the job's node through srun --overlap and
+    analyzes the node folders."""
+    work = tmp_path / "job"
+    work.mkdir()
+    shutil.copy(TRAIN, work / "train.py")
+    port = _port()
+    script = work / "job.sh"
+    script.write_text(f"#!/bin/bash\ncd {work}\nexec {sys.executable} -m torch.distributed.run --nnodes 1 "
+                      f"--nproc-per-node 2 --master-addr 127.0.0.1 --master-port {port} --log-dir {work}/logs "
+                      f"--redirects 3 train.py --scenario p2p_cycle_2\n")
+    script.chmod(0o755)
+    env = {**slurm_cluster, "FR_IDLE_DUMP_S": "3600", "JOB_OUTDIR": str(work / "out")}
+    job = subprocess.run(["sbatch", "--parsable", "-o", str(work / "slurm.out"), str(script)], env=env,
+                         capture_output=True, text=True, check=True).stdout.strip()
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            outs = list((work / "logs").rglob("stdout.log")) if (work / "logs").exists() else []
+            if len(outs) == 2 and all("pipeline_stage_exchange" in p.read_text(errors="replace") for p in outs):
+                break
+            time.sleep(1)
+        else:
+            raise AssertionError("the Slurm job never hung: " + (work / "slurm.out").read_text()[-2000:])
+        proc = subprocess.run([sys.executable, "-m", "forensics", "collect", "--slurm", job, "--out",
+                               str(tmp_path / "out"), "--analyze", "-f", "json"], env=env, capture_output=True,
+                              text=True, timeout=300)
+        report = json.loads(proc.stdout)
+        assert report["verdict"] == "deadlock" and report["culprit_ranks"] == [0, 1], proc.stderr
+        assert f"srun --overlap --jobid={job}" in proc.stderr
+        manifest = json.loads((tmp_path / "out" / socket.gethostname() / "manifest.json").read_text())
+        assert f"slurm job {job}" in manifest["job"] and sorted(manifest["ranks"]) == ["0", "1"]
+    finally:
+        subprocess.run(["scancel", job], env=env)
+        deadline = time.time() + 30  # torchrun's workers end with the job step
+        while time.time() < deadline and live.find_jobs(live.all_procs()).get(f"master 127.0.0.1:{port}, "
+                                                                                   f"slurm job {job}"):
+            time.sleep(0.5)

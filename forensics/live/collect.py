@@ -162,7 +162,20 @@ def find_jobs(procs: dict[int, Proc]) -> dict[str, list[Rank]]:
     for job, ranks in jobs.items():
         if any(r.proc.rank_key == "RANK" for r in ranks):
             jobs[job] = [r for r in ranks if r.proc.rank_key == "RANK"]
-    return {job: ranks for job, ranks in jobs.items() if ranks}
+    jobs = {job: ranks for job, ranks in jobs.items() if ranks}
+    # Under srun, the batch script and torchrun carry SLURM_PROCID but not the
+    # MASTER_* torchrun gives its workers: a "job" whose every process is an
+    # ancestor of another job's ranks is their launchers, not a job.
+    ancestors: dict[str, set[int]] = {}
+    for job, ranks in jobs.items():
+        seen = ancestors.setdefault(job, set())
+        for r in ranks:
+            pid = r.proc.ppid
+            while pid > 1 and pid in procs and pid not in seen:
+                seen.add(pid)
+                pid = procs[pid].ppid
+    return {job: ranks for job, ranks in jobs.items()
+            if not any(other != job and all(r.proc.pid in ancestors[other] for r in ranks) for other in jobs)}
 
 
 # ------------------------------------------------------------------ capture
