@@ -493,3 +493,27 @@ def test_slurm_fan_out_on_a_real_one_node_cluster(slurm_cluster, tmp_path):
         while time.time() < deadline and live.find_jobs(live.all_procs()).get(f"master 127.0.0.1:{port}, "
                                                                                    f"slurm job {job}"):
             time.sleep(0.5)
+
+
+@needs_job
+@pytest.mark.skipif(shutil.which("gdb") is None, reason="gdb is not installed (apt-get install gdb)")
+def test_gdb_dumps_on_request_and_leaves_every_rank_running(job_factory, tmp_path):
+    job = job_factory("p2p_cycle_2", 2)
+    ranks = job.wait_for("pipeline_stage_exchange")
+    proc, seconds = _collect(tmp_path / "out", "--job", str(job.port), "--gdb", "--locals", "--analyze", "-f", "json")
+    report = json.loads(proc.stdout)
+    assert report["verdict"] == "deadlock" and report["culprit_ranks"] == [0, 1], proc.stderr
+    for rank in ranks:
+        gdb = (tmp_path / "out" / f"rank{rank}.gdb.txt").read_text()
+        assert "Thread 1 " in gdb and "#0 " in gdb
+        assert "send" in (tmp_path / "out" / f"rank{rank}.locals.txt").read_text()
+    _alive_and_running(ranks.values())
+
+
+def test_nccl_debug_files_are_found_with_host_and_pid_expanded(tmp_path):
+    log = tmp_path / "nccl.node7.4242.log"
+    log.write_text("node7:4242:4242 [0] NCCL INFO comm 0x1 rank 0 nranks 2 cudaDev 0 busId 1000 - Init COMPLETE\n")
+    rank = live.Rank(0, live.Proc(4242, 1, "S", 0, "python train.py",
+                                  {"RANK": "0", "NCCL_DEBUG_FILE": str(tmp_path / "nccl.%h.%p.log")}), 0)
+    assert live._nccl_files(rank, "node7") == [str(log)]
+    assert live._nccl_files(rank, "node8") == []
