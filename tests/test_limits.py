@@ -33,21 +33,42 @@ def _analyze(*args, timeout=300):
     return _measured(*args, timeout=timeout)[0]
 
 
+# Runs the CLI in a process that, at its end, writes its own peak resident
+# memory and its children's to the file $FORENSICS_TEST_PEAK. ru_maxrss of the process the test
+# forks would not do: a child forked from a big pytest process starts with
+# the parent's pages resident, and ru_maxrss keeps that peak across exec;
+# VmHWM is the peak of the memory map the exec'd program built itself.
+_PEAK = """
+import os, resource, sys
+from forensics import cli
+try:
+    code = cli.main(sys.argv[1:])
+finally:
+    sys.stdout.flush()
+    hwm = next((int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:")), 0)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    with open(os.environ["FORENSICS_TEST_PEAK"], "w") as handle:
+        handle.write(str(max(hwm, kids)))
+sys.exit(code)
+"""
+
+
 def _measured(*args, timeout=300):
     """(report, peak resident KiB of the analyzing process and its workers)."""
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen([sys.executable, "-m", "forensics", "analyze", *map(str, args), "-f", "json",
-                                 "--no-plugins", "-q"], stdout=out, stderr=err)
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
+            tempfile.NamedTemporaryFile(suffix=".peak") as peak:
+        proc = subprocess.Popen([sys.executable, "-c", _PEAK, "analyze", *map(str, args), "-f", "json",
+                                 "--no-plugins", "-q"], stdout=out, stderr=err,
+                                env={**os.environ, "FORENSICS_TEST_PEAK": peak.name})
         try:
-            _, status, usage = os.wait4(proc.pid, 0)  # this child's own rusage (its reaped workers included)
+            proc.wait(timeout)
         finally:
             if proc.poll() is None:
                 proc.kill()
-        proc.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
         assert proc.returncode in (0, 1), err.read()
-        return json.loads(out.read()), usage.ru_maxrss
+        return json.loads(out.read()), int(open(peak.name).read())
 
 
 def _messages(report, name):
