@@ -34,6 +34,7 @@ the int `op_count`, seconds become `*_ms`, signals their `SIGXXX` names.
 from __future__ import annotations
 
 import functools
+import math
 import os
 import re
 import sys
@@ -603,10 +604,14 @@ def _slow_patterns(entry: Entry) -> list[tuple[str, int, str]]:
     for pattern in entry.regexes:
         for size in _HOSTILE_SIZES:
             lines = _hostile_lines(entry, size)
-            started = time.perf_counter()
-            for line in lines:
-                pattern.search(line)
-            spent = (time.perf_counter() - started) * 1000
+            spent = math.inf
+            for _ in range(3):  # the best of three: a busy machine slows a run, never speeds one up
+                started = time.perf_counter()
+                for line in lines:
+                    pattern.search(line)
+                spent = min(spent, (time.perf_counter() - started) * 1000)
+                if spent <= SLOW_MS:
+                    break
             if spent > SLOW_MS:
                 problems.append((entry.path, entry.line, f"{entry.id}: pattern {pattern.pattern!r} took "
                                                          f"{spent:.0f} ms on hostile lines of {size} characters "
