@@ -129,6 +129,18 @@ def build_parser(plugin_set=None) -> argparse.ArgumentParser:
     coll.add_argument("--output", "-o", metavar="FILE", help="with --analyze: write the report here")
     coll.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
 
+    wat = sub.add_parser("watch", help="serve the coordinator the in-job agents report to (forensics.agent) "
+                                       "and report a hang as soon as the waits prove one")
+    wat.add_argument("--store", required=True, metavar="URL", help="tcpstore://HOST:PORT to serve")
+    wat.add_argument("--world-size", type=int, required=True, metavar="N")
+    wat.add_argument("--out", default="forensics-watch", metavar="DIR", help="where the snapshot goes")
+    wat.add_argument("--stuck-after", type=_seconds, default=60.0, metavar="SECONDS",
+                     help="judge ranks stuck after this long without any change (default 60)")
+    wat.add_argument("--timeout", type=_seconds, default=0.0, metavar="SECONDS",
+                     help="stop watching after this long (default: never)")
+    wat.add_argument("--format", "-f", default="text", metavar="FORMAT")
+    wat.add_argument("--quiet", "-q", action="store_true")
+
     replay = sub.add_parser("replay", help="re-diagnose a corpus of past incidents and compare "
                                            "with each one's expected.yaml")
     replay.add_argument("corpus", metavar="DIR")
@@ -258,6 +270,8 @@ def _main(argv, plugins=None) -> int:
         return _analyze(args, plugin_set)
     if args.command == "collect":
         return _collect(args, parser, plugin_set)
+    if args.command == "watch":
+        return _watch(args, parser, plugin_set)
     if args.command == "replay":
         return _replay(args)
     if args.command == "rules":
@@ -300,6 +314,24 @@ def _collect(args, parser, plugin_set) -> int:
     argv = ["analyze", out, "--format", args.format, "--lang", args.lang, "--jobs", "1"]
     argv += ["--hung"] if args.hung else []
     argv += ["--output", args.output] if args.output else []
+    argv += ["--quiet"] if args.quiet else []
+    return _analyze(parser.parse_args(argv), plugin_set)
+
+
+def _watch(args, parser, plugin_set) -> int:
+    from .live.watch import WatchOptions, watch
+
+    echo = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
+    try:
+        report = watch(WatchOptions(args.store, args.world_size, args.out, args.stuck_after,
+                                    timeout=args.timeout, echo=echo))
+    except ValueError as exc:
+        print(f"forensics watch: {exc}", file=sys.stderr)
+        return EXIT_INPUT
+    if report is None:
+        return 0
+    argv = ["analyze", os.path.join(args.out, "snapshot.json"), "--format", args.format, "--jobs", "1"]
+    argv += ["--hung"] if any(s.kind == "cli_hung" for s in report.incident.stuck) else []
     argv += ["--quiet"] if args.quiet else []
     return _analyze(parser.parse_args(argv), plugin_set)
 

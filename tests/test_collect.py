@@ -46,7 +46,7 @@ def _port() -> int:
 class Job:
     """A torchrun job of train.py in its own session; ended by pid at the end."""
 
-    def __init__(self, tmp, scenario, nproc, *extra):
+    def __init__(self, tmp, scenario, nproc, *extra, store=None):
         self.dir = tmp / "job"
         self.dir.mkdir()
         shutil.copy(TRAIN, self.dir / "train.py")
@@ -54,9 +54,12 @@ class Job:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCH", "RANK", "MASTER"))}
         env.update(JOB_OUTDIR=str(self.dir / "out"), TORCH_FR_BUFFER_SIZE="2000", FR_IDLE_DUMP_S="3600",
                    OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
+        if store:  # the in-job agent, with no change to the script: torchrun -m forensics.agent train.py
+            env["FORENSICS_STORE"] = store
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(nproc),
                "--master-addr", "127.0.0.1", "--master-port", str(self.port), "--log-dir", str(self.dir / "logs"),
-               "--redirects", "3", str(self.dir / "train.py"), "--scenario", scenario, *extra]
+               "--redirects", "3", *(["-m", "forensics.agent"] if store else []), str(self.dir / "train.py"),
+               "--scenario", scenario, *extra]
         self.console = open(self.dir / "console.log", "wb")
         self.proc = subprocess.Popen(cmd, cwd=self.dir, env=env, stdout=self.console, stderr=subprocess.STDOUT,
                                      start_new_session=True)
@@ -110,8 +113,8 @@ class Job:
 def job_factory(tmp_path):
     jobs = []
 
-    def start(scenario, nproc, *extra):
-        job = Job(tmp_path, scenario, nproc, *extra)
+    def start(scenario, nproc, *extra, store=None):
+        job = Job(tmp_path, scenario, nproc, *extra, store=store)
         jobs.append(job)
         return job
     yield start
