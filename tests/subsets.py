@@ -31,10 +31,9 @@ import itertools
 import os
 from dataclasses import dataclass, replace
 
-import forensics
 from forensics.analysis import analyze_incident
 from forensics.ingest import _parse_all, discover, merge
-from forensics.model import Diagnostic, StuckSignal
+from forensics.model import StuckSignal
 from forensics.plugins import Plugins
 from forensics.replay import METADATA, find_incidents, load_expected
 

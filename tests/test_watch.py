@@ -7,9 +7,14 @@ changed for --stuck-after, and a healthy job raises no alarm."""
 from __future__ import annotations
 
 import json
+import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
+
+import pytest
 
 from test_collect import _port, job_factory, needs_job  # noqa: F401 - job_factory is a fixture
 
@@ -55,12 +60,6 @@ def test_a_healthy_job_raises_no_alarm(job_factory, tmp_path):
     out, err = watcher.communicate(timeout=90)
     assert watcher.returncode == 0 and out == "", (out, err)
 
-
-import os  # noqa: E402
-import shutil  # noqa: E402
-import signal  # noqa: E402
-
-import pytest  # noqa: E402
 
 
 @pytest.fixture
@@ -132,7 +131,6 @@ def test_garbage_another_job_and_a_restarted_redis_raise_no_alarm_and_no_crash(t
     def restart():
         time.sleep(5)
         redis_server["proc"] = redis_server["start"]()  # ... and comes back (empty: no persistence)
-    import threading
     threading.Thread(target=restart).start()
     assert watch(options) is None
     assert any("does not answer" in line for line in said), said
