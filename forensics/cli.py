@@ -311,11 +311,7 @@ def _collect(args, parser, plugin_set) -> int:
     if not args.analyze:
         print(out)
         return 0
-    argv = ["analyze", out, "--format", args.format, "--lang", args.lang, "--jobs", "1"]
-    argv += ["--hung"] if args.hung else []
-    argv += ["--output", args.output] if args.output else []
-    argv += ["--quiet"] if args.quiet else []
-    return _analyze(parser.parse_args(argv), plugin_set)
+    return _analyze_after(parser, plugin_set, out, args, args.hung, jobs=1)
 
 
 def _watch(args, parser, plugin_set) -> int:
@@ -330,10 +326,8 @@ def _watch(args, parser, plugin_set) -> int:
         return EXIT_INPUT
     if report is None:
         return 0
-    argv = ["analyze", os.path.join(args.out, "snapshot.json"), "--format", args.format, "--jobs", "1"]
-    argv += ["--hung"] if any(s.kind == "cli_hung" for s in report.incident.stuck) else []
-    argv += ["--quiet"] if args.quiet else []
-    return _analyze(parser.parse_args(argv), plugin_set)
+    hung = any(s.kind == "cli_hung" for s in report.incident.stuck)
+    return _analyze_after(parser, plugin_set, os.path.join(args.out, "snapshot.json"), args, hung, jobs=1)
 
 
 def slurm_command(args, out: str) -> list[str]:
@@ -370,9 +364,15 @@ def _collect_slurm(args, out, parser, plugin_set) -> int:
     if not args.analyze:
         print(out)
         return 0
-    argv = ["analyze", out, "--format", args.format, "--lang", args.lang]
-    argv += ["--hung"] if args.hung else []
-    argv += ["--output", args.output] if args.output else []
+    return _analyze_after(parser, plugin_set, out, args, args.hung)
+
+
+def _analyze_after(parser, plugin_set, path: str, args, hung: bool, jobs: int | None = None) -> int:
+    """`analyze` of what `collect` or `watch` just wrote, with their report options."""
+    argv = ["analyze", path, "--format", args.format, "--lang", getattr(args, "lang", "en")]
+    argv += ["--jobs", str(jobs)] if jobs else []
+    argv += ["--hung"] if hung else []
+    argv += ["--output", args.output] if getattr(args, "output", None) else []
     argv += ["--quiet"] if args.quiet else []
     return _analyze(parser.parse_args(argv), plugin_set)
 

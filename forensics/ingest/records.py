@@ -271,19 +271,19 @@ def infer_members(placed: dict[int, list[ProcessRecord]], groups: dict[str, Proc
         return []
     dumps = {rank: [r for r in records if r.source == FLIGHT_RECORDER] for rank, records in placed.items()}
     dumps = {rank: records for rank, records in dumps.items() if records and 0 <= rank < size}
-    completed: dict[str, tuple[int, m.Evidence | None]] = {}
+    completed: dict[str, tuple[int, m.Evidence | None]] = {}  # group → its highest completed collective
+
+    def done(gid: str, seq: int | None, evidence) -> None:
+        if seq is not None and seq >= 1 and seq > completed.get(gid, (0, None))[0]:
+            completed[gid] = (seq, evidence)
+
     for records in dumps.values():
         for record in records:
             for gid, counters in record.progress.items():
-                if counters.completed is not None and counters.completed >= 1:
-                    seen = completed.get(gid)
-                    if seen is None or counters.completed > seen[0]:
-                        completed[gid] = (counters.completed, counters.evidence)
+                done(gid, counters.completed, counters.evidence)
             for op in record.recent_ops:
-                if op.state == "completed" and op.is_collective and op.seq is not None and op.seq >= 1:
-                    seen = completed.get(op.group)
-                    if seen is None or op.seq > seen[0]:
-                        completed[op.group] = (op.seq, op.evidence)
+                if op.state == "completed" and op.is_collective:
+                    done(op.group, op.seq, op.evidence)
     notes = []
     for gid in sorted(completed):
         known = groups.get(gid)
