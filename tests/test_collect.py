@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -46,7 +47,7 @@ def _port() -> int:
 class Job:
     """A torchrun job of train.py in its own session; ended by pid at the end."""
 
-    def __init__(self, tmp, scenario, nproc, *extra, store=None):
+    def __init__(self, tmp, scenario, nproc, *extra, store=None, env_extra=None):
         self.dir = tmp / "job"
         self.dir.mkdir()
         shutil.copy(TRAIN, self.dir / "train.py")
@@ -54,6 +55,7 @@ class Job:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCH", "RANK", "MASTER"))}
         env.update(JOB_OUTDIR=str(self.dir / "out"), TORCH_FR_BUFFER_SIZE="2000", FR_IDLE_DUMP_S="3600",
                    OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
+        env.update(env_extra or {})
         if store:  # the in-job agent, with no change to the script: torchrun -m forensics.agent train.py
             env["FORENSICS_STORE"] = store
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(nproc),
@@ -113,8 +115,8 @@ class Job:
 def job_factory(tmp_path):
     jobs = []
 
-    def start(scenario, nproc, *extra, store=None):
-        job = Job(tmp_path, scenario, nproc, *extra, store=store)
+    def start(scenario, nproc, *extra, store=None, env_extra=None):
+        job = Job(tmp_path, scenario, nproc, *extra, store=store, env_extra=env_extra)
         jobs.append(job)
         return job
     yield start
@@ -154,8 +156,14 @@ def test_a_p2p_cycle_is_captured_and_diagnosed(job_factory, tmp_path):
 
 
 @needs_job
+def _fr_pipe_env(tmp_path) -> dict:
+    """The job serves a Flight Recorder dump pipe the way ProcessGroupNCCL does (train.py)."""
+    return {"TORCH_FR_DEBUG_INFO_PIPE_FILE": str(tmp_path / "fr_pipe_"),
+            "TORCH_FR_DUMP_TEMP_FILE": str(tmp_path / "fr_dump_")}
+
+
 def test_a_missing_rank_is_stuck_by_snapshots_without_hung(job_factory, tmp_path):
-    job = job_factory("missing_rank_dataloader", 4)
+    job = job_factory("missing_rank_dataloader", 4, env_extra=_fr_pipe_env(tmp_path))
     ranks = job.wait_for("warm-up done")
     time.sleep(3)
     proc, seconds = _collect(tmp_path / "one", "--job", str(job.port), "--analyze", "-f", "json")
@@ -169,11 +177,16 @@ def test_a_missing_rank_is_stuck_by_snapshots_without_hung(job_factory, tmp_path
     _alive_and_running(ranks.values())
     progress = json.loads((tmp_path / "three" / "progress.json").read_text())
     assert progress["rounds"] == 3 and not any(v["moved"] for v in progress["ranks"].values())
+    # each round asked every rank for a Flight Recorder dump: no sequence number moved
+    assert all(v["flight_recorder_changed"] is False for v in progress["ranks"].values()), progress
+    first, last = progress["ranks"]["0"]["flight_recorder"]
+    assert first == last and first["record_id"] > 0 and first["groups"], first
 
 
 @needs_job
 def test_a_progressing_job_is_healthy_by_snapshots(job_factory, tmp_path):
-    job = job_factory("sigkill_one_rank", 2, "--extra-steps", "100000", "--step-time", "0.2", "--stall-rank", "9")
+    job = job_factory("sigkill_one_rank", 2, "--extra-steps", "100000", "--step-time", "0.2", "--stall-rank", "9",
+                      env_extra=_fr_pipe_env(tmp_path))
     ranks = job.wait_for("warm-up done")
     proc, _ = _collect(tmp_path / "out", "--job", str(job.port), "--snapshots", "3", "--interval", "2",
                        "--analyze", "-f", "json")
@@ -181,6 +194,9 @@ def test_a_progressing_job_is_healthy_by_snapshots(job_factory, tmp_path):
     assert report["verdict"] == "healthy", report
     progress = json.loads((tmp_path / "out" / "progress.json").read_text())
     assert all(v["moved"] for v in progress["ranks"].values()), progress
+    assert all(v["flight_recorder_changed"] is True for v in progress["ranks"].values()), progress
+    first, last = progress["ranks"]["1"]["flight_recorder"]
+    assert last["record_id"] > first["record_id"], (first, last)
     _alive_and_running(ranks.values())
 
 
@@ -208,19 +224,53 @@ def test_a_rank_that_exits_during_the_capture_leaves_a_partial_manifest(job_fact
 
 
 @needs_job
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
+                    reason="runs py-spy as user nobody, which needs root and setpriv (util-linux)")
 def test_a_rank_py_spy_cannot_attach_to_is_named_with_the_reason(job_factory, tmp_path):
-    """py-spy run as another user without ptrace rights cannot attach: the
-    error says why and how to fix it; the other ranks are still captured."""
+    """The real py-spy, run as user nobody, is denied ptrace on the job's
+    root-owned ranks: the error says why and how to fix it, the rank runs on,
+    and the rest of the capture (proc facts, logs, manifest) is kept."""
     job = job_factory("p2p_cycle_2", 2)
-    job.wait_for("pipeline_stage_exchange")
-    fake = tmp_path / "py-spy"
-    fake.write_text("#!/bin/sh\necho 'Error: Permission Denied: Try running again with elevated permissions "
-                    "by going \"sudo env \\\"PATH=$PATH\\\" !!\"' >&2\nexit 1\n")
-    fake.chmod(0o755)
-    options = live.Options(out=str(tmp_path / "out"), job=str(job.port), pyspy=str(fake))
-    manifest = live.collect(options)
-    errors = manifest["ranks"]["0"]["errors"]
-    assert any("Permission Denied" in e and "ptrace" in e and "SYS_PTRACE" in e for e in errors), errors
+    ranks = job.wait_for("pipeline_stage_exchange")
+    tools = tempfile.mkdtemp(prefix="forensics-pyspy-")  # readable by nobody, unlike tmp_path
+    try:
+        os.chmod(tools, 0o755)
+        shutil.copy(PYSPY if os.path.exists(PYSPY) else shutil.which(PYSPY), os.path.join(tools, "py-spy"))
+        os.chmod(os.path.join(tools, "py-spy"), 0o755)
+        wrapper = os.path.join(tools, "py-spy-as-nobody")
+        with open(wrapper, "w") as handle:
+            handle.write(f"#!/bin/sh\nexec setpriv --reuid=65534 --regid=65534 --clear-groups -- "
+                         f"{tools}/py-spy \"$@\"\n")
+        os.chmod(wrapper, 0o755)
+        options = live.Options(out=str(tmp_path / "out"), job=str(job.port), pyspy=wrapper)
+        manifest = live.collect(options)
+    finally:
+        shutil.rmtree(tools)
+    for rank in ("0", "1"):
+        errors = manifest["ranks"][rank]["errors"]
+        assert any("Permission Denied" in e and "ptrace" in e and "SYS_PTRACE" in e for e in errors), errors
+        assert f"rank{rank}.proc.json" in manifest["ranks"][rank]["files"], manifest["ranks"][rank]
+        assert f"rank{rank}.stdout.log" in manifest["ranks"][rank]["files"], manifest["ranks"][rank]
+    assert not (tmp_path / "out" / "rank0.pyspy.txt").exists()  # an empty dump is not left behind
+    _alive_and_running(ranks.values())
+
+
+def test_a_flight_recorder_that_moved_is_progress_even_when_the_stack_looks_the_same(tmp_path):
+    """A rank sampled in the same call each round, silent and asleep between
+    calls, still progresses when its Flight Recorder's sequence numbers moved."""
+    rank = live.Rank(0, live.Proc(4242, 1, "S", 0, "python train.py", {"RANK": "0"}), 0)
+    still = {"threads": {}, "stack": "same", "switches": 10, "output": 100}
+
+    def rounds(*positions):
+        return [{"time": float(i), "ranks": {0: {**still, "fr": p}}} for i, p in enumerate(positions)]
+    at = {"record_id": 7, "state": "started", "groups": {"0": [3, -1]}}
+    on = {"record_id": 9, "state": "started", "groups": {"0": [4, -1]}}
+    for positions, moved in (((at, at, at), False), ((at, at, on), True), ((at, None, at), False)):
+        live._write_progress(str(tmp_path), [rank], rounds(*positions), 1.0)
+        entry = json.loads((tmp_path / "progress.json").read_text())["ranks"]["0"]
+        assert entry["moved"] is moved and entry["flight_recorder_changed"] is moved, (positions, entry)
+    live._write_progress(str(tmp_path), [rank], rounds(None, None), 1.0)  # no dump: not judged by it
+    assert json.loads((tmp_path / "progress.json").read_text())["ranks"]["0"]["flight_recorder_changed"] is None
 
 
 def test_no_ranks_found_is_a_clear_error(tmp_path, monkeypatch):
@@ -277,11 +327,13 @@ def test_slurm_fan_out_runs_collect_once_per_node_into_host_folders(tmp_path, mo
     assert cmd[:5] == ["srun", "--overlap", "--jobid=4242", "--ntasks-per-node=1", "--kill-on-bad-exit=0"]
     assert cmd[cmd.index("--out") + 1] == str(tmp_path / "out") and "--per-host" in cmd and "--locals" in cmd
     proc = subprocess.run([sys.executable, "-m", "forensics", "collect", "--slurm", "4242", "--out",
-                           str(tmp_path / "out")], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PATH": f"{fake.parent}:{os.environ['PATH']}"})
+                           str(tmp_path / "out"), "--job", "no-such-job"], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PATH": f"{fake.parent}:{os.environ['PATH']}"})
     assert (tmp_path / "srun.args").read_text().startswith("--overlap --jobid=4242 --ntasks-per-node=1")
-    # no ranks on this node: the node's collect says so, and the fan-out reports what it got
-    assert proc.returncode == 2 and "no rank processes found" in proc.stderr and "srun exited 2" in proc.stderr
+    # no such job on this node (whatever else runs here): the node's collect says so, and the
+    # fan-out reports what it got
+    assert proc.returncode == 2 and "srun exited 2" in proc.stderr, proc.stderr
+    assert "no rank processes found" in proc.stderr or "'no-such-job' matches 0 of the jobs" in proc.stderr
 
 
 def test_the_kernel_log_keeps_only_what_came_after_the_job_started(tmp_path, monkeypatch):

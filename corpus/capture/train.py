@@ -67,6 +67,9 @@ Environment (set by the launcher / capture runner):
   FR_DUMP_REQUEST           a file; when it appears (or its mtime changes) every rank
                             writes a fresh flight recorder dump
   FR_IDLE_DUMP_S            dump once after the job made no progress for this long
+  TORCH_FR_DEBUG_INFO_PIPE_FILE, TORCH_FR_DUMP_TEMP_FILE
+                            serve <stem><rank>.pipe as ProcessGroupNCCL does: a write to it
+                            dumps the flight recorder to <TORCH_FR_DUMP_TEMP_FILE><rank>
 """
 
 import argparse
@@ -176,7 +179,30 @@ def debug_dump_hook(outdir, rank, request_path, idle_dump_s):
             log(f"flight recorder dump failed: {exc!r}")
 
 
+def serve_debug_info_pipe(pipe, dump_path):
+    """What ProcessGroupNCCL does for TORCH_FR_DEBUG_INFO_PIPE_FILE (Gloo has
+    no such pipe): a FIFO <stem><rank>.pipe; anything written to it asks for
+    a Flight Recorder dump to <TORCH_FR_DUMP_TEMP_FILE><rank>."""
+    if not os.path.exists(pipe):
+        os.mkfifo(pipe)
+    c10d = torch._C._distributed_c10d
+    while True:
+        with open(pipe, "rb") as reader:  # blocks until a writer opens it
+            if not reader.read(1):
+                continue
+        try:  # quiet, as ProcessGroupNCCL is below TORCH_CPP_LOG_LEVEL=INFO
+            _atomic_write(dump_path, c10d._dump_fr_trace(True, True, False))
+        except Exception as exc:  # keep serving
+            log(f"flight recorder dump failed: {exc!r}")
+
+
 def start_debug_dump_hook():
+    stem = os.environ.get("TORCH_FR_DEBUG_INFO_PIPE_FILE", "")
+    if stem:
+        rank = dist.get_rank()
+        dump_path = os.environ.get("TORCH_FR_DUMP_TEMP_FILE", "/tmp/nccl_trace_rank_") + str(rank)
+        threading.Thread(target=serve_debug_info_pipe, args=(f"{stem}{rank}.pipe", dump_path),
+                         name="debug_info_pipe", daemon=True).start()
     outdir = os.environ.get("JOB_OUTDIR", "/srv/job/out")
     request_path = os.environ.get("FR_DUMP_REQUEST", "")
     idle_dump_s = float(os.environ.get("FR_IDLE_DUMP_S", "5"))

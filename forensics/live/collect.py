@@ -17,7 +17,10 @@ for every rank of the chosen job writes, as soon as each is captured:
     dmesg.txt             the kernel log's tail, where readable
     manifest.json         rank -> pid, host, local rank, files; tool versions;
                           every failure and why
-    progress.json         with --snapshots N: what moved between rounds
+    progress.json         with --snapshots N: what moved between rounds (the
+                          main stack, the Flight Recorder's sequence numbers
+                          where a dump can be requested each round, the main
+                          thread's wakeups, the output the rank wrote)
 
 Nothing is signalled but the tools this command starts. A tool past its
 timeout is killed (it is our child); the kernel then detaches it from the
@@ -317,6 +320,68 @@ def _fr_files(rank: Rank) -> list[str]:
     return sorted(set(found))
 
 
+def _wants_fr(rank: Rank) -> bool:
+    env = rank.proc.env
+    return bool(env.get("TORCH_FR_DEBUG_INFO_PIPE_FILE") or env.get("TORCH_NCCL_DEBUG_INFO_PIPE_FILE"))
+
+
+def _fr_round(ranks: list[Rank], round_: dict, asked: float) -> None:
+    """After a round's stack dumps: where each rank's Flight Recorder dump,
+    requested at `asked`, says its calls stand (waits up to FR_WAIT_S for
+    dumps newer than the request)."""
+    deadline = time.time() + FR_WAIT_S
+    pending = [r for r in ranks if _wants_fr(r)]
+    while pending:
+        for r in list(pending):
+            fresh = [p for p in _fr_files(r) if _mtime(p) >= asked - 0.5]
+            if fresh:
+                pending.remove(r)
+                seen = round_["ranks"].get(r.rank)
+                if seen is not None:
+                    seen["fr"] = fr_position(max(fresh, key=_mtime))
+        if not pending or time.time() >= deadline:
+            break
+        time.sleep(0.1)
+
+
+def _mtime(path: str) -> float:
+    try:
+        return os.path.getmtime(path)
+    except OSError:
+        return 0.0
+
+
+def fr_position(path: str) -> dict | None:
+    """Where a Flight Recorder dump says the rank's calls stand: the newest
+    entry's record id and state, and per process group the highest
+    collective and P2P sequence numbers. Two rounds with the same position
+    mean no call started or finished between them. None when the file is
+    not a dump we can read."""
+    from ..ingest import flightrecorder
+    from ..ingest.textio import InputError
+    try:
+        top = flightrecorder.read_dump(path, os.path.basename(path)).top
+    except (InputError, OSError):
+        return None
+    entries = top.get("entries") if isinstance(top, dict) else None
+    if not isinstance(entries, list):
+        return None
+    groups: dict[str, list[int]] = {}
+    newest: tuple[int, str] = (-1, "")
+    for entry in entries[-100_000:]:
+        if not isinstance(entry, dict):
+            continue
+        record = entry.get("record_id")
+        if isinstance(record, int) and record > newest[0]:
+            newest = (record, str(entry.get("state", ""))[:20])
+        seqs = groups.setdefault(str(entry.get("pg_id", "?"))[:40], [-1, -1])
+        for i, key in enumerate(("collective_seq_id", "p2p_seq_id")):
+            value = entry.get(key)
+            if isinstance(value, int) and value > seqs[i]:
+                seqs[i] = value
+    return {"record_id": newest[0], "state": newest[1], "groups": groups}
+
+
 def _boot_time() -> float:
     for line in (_read("/proc/stat") or "").splitlines():
         if line.startswith("btime "):
@@ -452,17 +517,20 @@ def collect(options: Options) -> dict:
         _write_json(os.path.join(options.out, "manifest.json"), manifest)
 
     write_manifest()  # first: whatever fails later, who was to be captured is on disk
-    for r in ranks:
-        note = _request_fr(r)
-        if note.startswith("requested"):
-            manifest.setdefault("notes", []).append(f"rank {r.rank}: {note}")
-        elif note:
-            r.errors.append(note)
     rounds: list[dict] = []
     for round_no in range(1, max(1, options.snapshots) + 1):
         if round_no > 1:
             time.sleep(options.interval)
+        asked = time.time()
+        for r in ranks:  # each round: the dump's sequence numbers are what moved, or not
+            note = _request_fr(r)
+            if note.startswith("requested") and round_no == 1:
+                manifest.setdefault("notes", []).append(f"rank {r.rank}: {note}")
+            elif note and not note.startswith("requested"):
+                r.errors.append(f"round {round_no}: {note}")
         rounds.append(_round(ranks, options, pyspy, round_no, say))
+        if options.snapshots > 1:
+            _fr_round(ranks, rounds[-1], asked)
         write_manifest()
     if options.snapshots > 1:
         _write_progress(options.out, ranks, rounds, options.interval)
@@ -538,7 +606,9 @@ def _delta(a, b) -> int:
 
 def _write_progress(out: str, ranks: list[Rank], rounds: list[dict], interval: float) -> None:
     """What moved between the first and the last round, per rank: the main
-    stack (py-spy, addresses aside) and the threads' CPU time."""
+    stack (py-spy, addresses aside), the Flight Recorder's position (first
+    and last round's, where dumps were requested), the main thread's
+    wakeups, the output written, and the threads' CPU time (kept, not judged)."""
     first, last = rounds[0]["ranks"], rounds[-1]["ranks"]
     per_rank = {}
     for r in ranks:
@@ -553,8 +623,15 @@ def _write_progress(out: str, ranks: list[Rank], rounds: list[dict], interval: f
         # each py-spy dump itself wakes the main thread about twice (ptrace stops)
         switches = max(0, _delta(a["switches"], b["switches"]) - DUMP_SWITCHES * (len(rounds) - 1))
         output = _delta(a["output"], b["output"])
-        moved = len(set(stacks)) > 1 or output > 0 or switches >= MIN_SWITCHES * (len(rounds) - 1)
+        # The Flight Recorder's position: a call that started or finished
+        # between two rounds moves it, whatever the stack sampled.
+        positions = [p for p in (rd["ranks"].get(r.rank, {}).get("fr") for rd in rounds) if p is not None]
+        fr_changed = len({json.dumps(p, sort_keys=True) for p in positions}) > 1 if len(positions) >= 2 else None
+        moved = (len(set(stacks)) > 1 or output > 0 or switches >= MIN_SWITCHES * (len(rounds) - 1)
+                 or bool(fr_changed))
         per_rank[str(r.rank)] = {"pid": r.proc.pid, "stack_changed": len(set(stacks)) > 1,
+                                 "flight_recorder_changed": fr_changed,
+                                 "flight_recorder": positions[:1] + positions[1:][-1:],  # first, last
                                  "main_thread_wakeups": switches, "output_bytes": output, "cpu_ticks": cpu,
                                  "moved": moved}
     data = {"schema": "forensics.progress/1", "rounds": len(rounds),
@@ -565,8 +642,7 @@ def _write_progress(out: str, ranks: list[Rank], rounds: list[dict], interval: f
 
 def _collect_files(ranks: list[Rank], out: str, host: str, manifest: dict) -> None:
     deadline = time.time() + FR_WAIT_S
-    wants_fr = [r for r in ranks if r.proc.env.get("TORCH_FR_DEBUG_INFO_PIPE_FILE")
-                or r.proc.env.get("TORCH_NCCL_DEBUG_INFO_PIPE_FILE")]
+    wants_fr = [r for r in ranks if _wants_fr(r)]
     while wants_fr and time.time() < deadline and not all(_fr_files(r) for r in wants_fr):
         time.sleep(0.2)
     for r in ranks:
