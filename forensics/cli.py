@@ -97,6 +97,29 @@ def build_parser(plugin_set=None) -> argparse.ArgumentParser:
                               "Recorder dump), memory=12G (all processes; default 80%% of RAM); "
                               "see docs/reliability.md")
 
+    analyze.add_argument("--scheduler", metavar="ADDRESS", default=os.environ.get("DASK_SCHEDULER_ADDRESS"),
+                         help="parse on a Dask cluster (tcp://HOST:8786; default $DASK_SCHEDULER_ADDRESS): its "
+                              "workers read the files where they lie; needs pip install 'forensics[dask]'")
+
+    parse = sub.add_parser("parse", help="parse one node's artifacts into a facts file for `analyze` elsewhere")
+    parse.add_argument("paths", nargs="+", metavar="PATH", help="folders of artifacts or single files")
+    parse.add_argument("--out", "-o", required=True, metavar="FILE", help="the facts file to write")
+    parse.add_argument("--prefix", metavar="TEXT", default=None,
+                       help="put this before every file's path in the facts (default: the folder's own name "
+                            "and /, so `analyze` cites node7/rank0.log as it would under OUT/node7)")
+    parse.add_argument("--jobs", "-j", type=int, default=None, metavar="N",
+                       help="parse files in N processes (default: one per CPU)")
+    parse.add_argument("--full", action="store_true", help="read every line of big logs, as analyze --full")
+    parse.add_argument("--follow-symlinks", "-L", action="store_true", help="as analyze -L")
+    parse.add_argument("--no-plugins", action="store_true", help="do not load third-party reader plugins")
+    parse.add_argument("--quiet", "-q", action="store_true", help="no summary line on stderr")
+    parse.add_argument("--timeout", type=_seconds, default=None, metavar="SECONDS",
+                       help="bound the whole run (default 900; 0: none), as analyze --timeout")
+    parse.add_argument("--file-timeout", type=_seconds, default=None, metavar="SECONDS",
+                       help="stop parsing one file after this long (default 300; 0: none)")
+    parse.add_argument("--limit", action="append", default=[], metavar="NAME=VALUE", type=_limit,
+                       help="a resource ceiling, as analyze --limit")
+
     coll = sub.add_parser("collect", help="capture the ranks of a live job on this node (py-spy, /proc, "
                                           "Flight Recorder, logs) into a folder to analyze")
     coll.add_argument("--out", metavar="DIR", default=None,
@@ -270,6 +293,8 @@ def _main(argv, plugins=None) -> int:
         return _analyze(args, plugin_set)
     if args.command == "collect":
         return _collect(args, parser, plugin_set)
+    if args.command == "parse":
+        return _parse_to_facts(args, plugin_set)
     if args.command == "watch":
         return _watch(args, parser, plugin_set)
     if args.command == "replay":
@@ -409,7 +434,7 @@ def _analyze(args, plugin_set) -> int:
                 incident = load_incident([str(p) for p in args.paths], plugins, hung=args.hung,
                                          jobs=args.jobs, full=args.full, progress=progress,
                                          meanwhile=lambda: _prepare(plugins),
-                                         follow_symlinks=args.follow_symlinks)
+                                         follow_symlinks=args.follow_symlinks, scheduler=args.scheduler)
             finally:
                 if progress is not None:
                     progress.close()
@@ -458,6 +483,53 @@ def _analyze(args, plugin_set) -> int:
         print("forensics: inconclusive: " + neutralize(report.root_cause.narrative.get("en", ""), keep="\n"),
               file=sys.stderr)
     return report.exit_code
+
+
+def _parse_to_facts(args, plugin_set) -> int:
+    """`forensics parse`: a node's artifacts into one facts file."""
+    import socket
+
+    from . import limits as run_limits
+    from .ingest import read_artifacts
+    from .ingest.factsfile import Bundle, to_bytes
+    from .ingest.textio import InputError
+    from .report.safe_text import neutralize
+
+    plugins = plugin_set()
+    limits = run_limits.cli_limits(
+        run_limits.CLI_TIMEOUT if args.timeout is None else args.timeout,
+        run_limits.CLI_FILE_TIMEOUT if args.file_timeout is None else args.file_timeout, **dict(args.limit))
+    if args.prefix is not None:
+        prefix = args.prefix
+    else:
+        folders = [p for p in args.paths if os.path.isdir(p)]
+        prefix = os.path.basename(os.path.abspath(folders[0])) + "/" if len(folders) == 1 else ""
+    saved = run_limits.set_memory_limit(limits.parent_memory())
+    try:
+        with run_limits.applied(limits):
+            artifacts, diagnostics, results = read_artifacts(
+                [str(p) for p in args.paths], plugins, jobs=args.jobs, full=args.full,
+                follow_symlinks=args.follow_symlinks, prefix=prefix)
+    except InputError as exc:
+        print(f"forensics: {neutralize(exc)}", file=sys.stderr)
+        return EXIT_INPUT
+    finally:
+        run_limits.restore_memory_limit(saved)
+    data = to_bytes(Bundle(artifacts, results, diagnostics, list(plugins.diagnostics)),
+                    host=socket.gethostname(), prefix=prefix)
+    try:
+        tmp = args.out + ".tmp"
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, args.out)
+    except OSError as exc:
+        print(f"forensics: {args.out}: cannot write: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_INPUT
+    if not args.quiet:
+        failed = sum(1 for r in results if isinstance(r, tuple))
+        print(f"forensics parse: {len(artifacts)} artifact(s) ({failed} not read), {len(diagnostics)} file(s) "
+              f"skipped -> {args.out} ({len(data):,} bytes)", file=sys.stderr)
+    return EXIT_OK
 
 
 class _OutOfTime(BaseException):

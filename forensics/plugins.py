@@ -15,6 +15,7 @@ from .ingest.textio import InputError
 from .model import Diagnostic
 
 READER_PLUGINS = (
+    "forensics.ingest.factsfile",
     "forensics.ingest.snapshot_plugin",
     "forensics.ingest.manifest",
     "forensics.ingest.progress",

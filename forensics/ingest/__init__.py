@@ -21,7 +21,7 @@ _SKIP_DIRS = {".git", "__pycache__", ".hg", ".svn"}
 
 
 def discover(paths, plugins, full: bool = False, jobs: int = 1, follow_symlinks: bool = False,
-             exclude: frozenset = frozenset()) -> tuple[list[Artifact], list[Diagnostic]]:
+             exclude: frozenset = frozenset(), prefix: str = "") -> tuple[list[Artifact], list[Diagnostic]]:
     """Find the artifacts under `paths` and ask the parsers which kind each is.
 
     Only regular files are read: a FIFO (PyTorch keeps its Flight Recorder
@@ -35,6 +35,8 @@ def discover(paths, plugins, full: bool = False, jobs: int = 1, follow_symlinks:
     folder that nobody claims become info diagnostics: listed, not lost.
     Files whose path relative to their folder is in `exclude` are not
     artifacts at all (a replayed incident's expected.yaml and SOURCE.md).
+    `prefix` goes before the display path of every file found in a folder
+    (a node's folder name, for `forensics parse`).
     """
     artifacts: list[Artifact] = []
     diagnostics: list[Diagnostic] = []
@@ -44,7 +46,7 @@ def discover(paths, plugins, full: bool = False, jobs: int = 1, follow_symlinks:
             raise InputError(root, "no such file or directory")
         if os.path.isdir(root):
             found = []
-            for path, display, skipped in _walk(root, roots, follow_symlinks):
+            for path, display, skipped in _walk(root, roots, follow_symlinks, prefix):
                 if display in exclude:
                     continue
                 if skipped:
@@ -69,13 +71,13 @@ def discover(paths, plugins, full: bool = False, jobs: int = 1, follow_symlinks:
     return artifacts, diagnostics
 
 
-def _walk(root: str, roots: list[str], follow: bool):
+def _walk(root: str, roots: list[str], follow: bool, prefix: str = ""):
     """(path, display, why skipped or "") for every file under `root`, in
     sorted order; symlinked folders inside the given paths are read where
     they really are, ones outside only with `follow` (each real folder once:
     a symlink loop ends)."""
     seen_dirs = {os.path.realpath(root)}
-    stack = [(root, "")]
+    stack = [(root, prefix)]
     while stack:
         folder, prefix = stack.pop()
         try:
@@ -358,23 +360,26 @@ class _Progress:
 
 def load_incident(paths, plugins, hung: bool = False, jobs: int | None = None,
                   full: bool = False, progress=None, meanwhile=None,
-                  follow_symlinks: bool = False, exclude: frozenset = frozenset()) -> Incident:
+                  follow_symlinks: bool = False, exclude: frozenset = frozenset(),
+                  scheduler: str | None = None) -> Incident:
     """Discover, parse (in parallel for many files) and merge. `progress`,
     if given, is called as `progress(files_done, files_total, bytes_done,
     bytes_total)` while the artifacts are parsed (a CLI progress bar).
     `meanwhile()`, if given, runs while worker processes parse: start-up
-    work of the caller's that can share the CPUs with parsing."""
-    jobs = jobs if jobs is not None else (os.cpu_count() or 1)
-    artifacts, diagnostics = discover(paths, plugins, full, jobs, follow_symlinks, exclude)
+    work of the caller's that can share the CPUs with parsing. With
+    `scheduler` (a Dask scheduler's address), the cluster's workers sniff
+    and parse (forensics.ingest.cluster); merging stays here."""
+    artifacts, diagnostics, parsed = read_artifacts(paths, plugins, jobs, full, progress, meanwhile,
+                                                    follow_symlinks, exclude, scheduler=scheduler)
     facts: list[Facts] = []
     errors: list[InputError] = []
-    for parsed in _parse_all(artifacts, plugins, jobs, progress, meanwhile):
-        if isinstance(parsed, tuple):
-            _, path, message, line = parsed
+    for result in parsed:
+        if isinstance(result, tuple):
+            _, path, message, line = result
             errors.append(InputError(path, message, line))
             diagnostics.append(Diagnostic(path, line, message, "error"))
             continue
-        facts.append(parsed)
+        facts.append(result)
     if not facts:
         if errors:
             raise errors[0]
@@ -386,6 +391,42 @@ def load_incident(paths, plugins, hung: bool = False, jobs: int | None = None,
             StuckSignal("cli_hung", "the user says the job is hung (--hung)",
                         detail_zh="用户指明作业已挂起（--hung）"),))
     return incident
+
+
+def read_artifacts(paths, plugins, jobs: int | None = None, full: bool = False, progress=None, meanwhile=None,
+                   follow_symlinks: bool = False, exclude: frozenset = frozenset(), prefix: str = "",
+                   scheduler: str | None = None) -> tuple[list[Artifact], list[Diagnostic], list]:
+    """(artifacts, diagnostics, one result per artifact: its Facts or an
+    error tuple), with the facts files among them opened up: their
+    artifacts and results take their place, their skipped files join the
+    diagnostics."""
+    jobs = jobs if jobs is not None else (os.cpu_count() or 1)
+    if scheduler:
+        from .cluster import read_on_cluster
+        artifacts, diagnostics, parsed = read_on_cluster(scheduler, paths, plugins, full, follow_symlinks,
+                                                         exclude, prefix, progress, meanwhile)
+    else:
+        artifacts, diagnostics = discover(paths, plugins, full, jobs, follow_symlinks, exclude, prefix)
+        parsed = _parse_all(artifacts, plugins, jobs, progress, meanwhile)
+    from .factsfile import Bundle
+    if not any(isinstance(result, Bundle) for result in parsed):
+        return artifacts, diagnostics, parsed
+    opened_artifacts: list[Artifact] = []
+    opened: list = []
+    for artifact, result in zip(artifacts, parsed):
+        if isinstance(result, Bundle):
+            opened_artifacts += result.artifacts
+            opened += result.results
+            # its skipped files where the facts file's own files would have been listed
+            if result.diagnostics:
+                first = result.diagnostics[0].path
+                at = next((i for i, d in enumerate(diagnostics) if d.path > first), len(diagnostics))
+                diagnostics[at:at] = result.diagnostics
+            plugins.diagnostics.extend(d for d in result.plugin_diagnostics if d not in plugins.diagnostics)
+        else:
+            opened_artifacts.append(artifact)
+            opened.append(result)
+    return opened_artifacts, diagnostics, opened
 
 
 def merge(facts: list[Facts], artifacts: tuple = (), diagnostics=()) -> Incident:

@@ -33,6 +33,7 @@ MODULES = (
     "forensics.ingest.safepickle", "forensics.ingest.jsonwalk", "forensics.ingest.snapshot",
     "forensics.ingest.manifest", "forensics.ingest.statements", "forensics.ingest.stacks",
     "forensics.ingest.attribution", "forensics.ingest.records", "forensics.ingest.grammar",
+    "forensics.ingest.wire", "forensics.ingest.factsfile",
     "forensics.messages", "forensics.yamlrules", "forensics.model",
 )
 
@@ -122,6 +123,55 @@ def _yaml_rules(path: str, data: bytes) -> None:
         pass
 
 
+def _facts(path: str, data: bytes) -> None:
+    """A facts file as written (it starts with the magic line), or, for any
+    other input, the input as the body of a file with a valid header: so
+    the mutations reach the decoder's checks, not only zlib's."""
+    import zlib
+
+    from forensics.ingest import factsfile, merge, wire
+    from forensics.ingest.textio import InputError
+
+    if not data.startswith(wire.MAGIC):
+        header = b'{"format":"forensics-facts","layout":"%s","version":%d}' % (
+            wire.schema().fingerprint.encode(), wire.VERSION)
+        with open(path, "wb") as handle:
+            handle.write(wire.MAGIC + header + b"\n" + zlib.compress(data, 1))
+    factsfile.sniff(path, data[:65536])
+    try:
+        bundle = factsfile.parse(path, "fuzz/node.facts")
+    except InputError:
+        return
+    merge([r for r in bundle.results if not isinstance(r, tuple)], tuple(bundle.artifacts), bundle.diagnostics)
+
+
+def _facts_seeds() -> list[bytes]:
+    """The JSON bodies of facts files of small corpus incidents, and one whole file."""
+    import json
+    import zlib
+
+    from forensics.ingest import factsfile, read_artifacts, wire
+    from forensics.plugins import Plugins
+
+    out = []
+    plugins = Plugins(autoload=False)
+    for incident in ("real_p2p_cycle_2", "seed_p2p_deadlock", "real_missing_rank_early_exit_fr",
+                     "real_collect_missing_rank_snapshots", "pm_gloo_sigkill_peer_closed_two_hosts"):
+        folder = os.path.join(REPO, "corpus", incident)
+        if not os.path.isdir(folder):
+            continue
+        artifacts, diagnostics, results = read_artifacts([folder], plugins, jobs=1)
+        data = factsfile.to_bytes(factsfile.Bundle(artifacts, results, diagnostics, []))
+        end = data.index(b"\n", len(wire.MAGIC))
+        body = zlib.decompress(data[end + 1:])
+        if len(body) <= SEED_BYTES:
+            out.append(body)
+        elif not any(d.startswith(wire.MAGIC) for d in out):
+            out.append(data)
+        json.loads(body)
+    return out
+
+
 def _is_pickle(data: bytes) -> bool:
     return data[:1] == b"\x80"
 
@@ -159,6 +209,8 @@ TARGETS = {t.name: t for t in (
     Target("messages", ("messages",), "stated.log", _statements,
            about="any text file searched for catalogued messages"),
     Target("yaml_rules", ("yaml-rules",), "rules.yaml", _yaml_rules, about="user YAML rule files"),
+    Target("facts", ("forensics-facts",), "node.facts", _facts,
+           about="facts files (forensics parse) and Dask workers' answers: header, zlib, checked decoding"),
 )}
 
 
@@ -191,6 +243,8 @@ def seeds(name: str) -> list[bytes]:
     (as discovery classifies them), each cut to SEED_BYTES; YAML rules
     from rules/. Compressed files are seeded decompressed."""
     target = TARGETS[name]
+    if name == "facts":
+        return _facts_seeds()
     if name == "yaml_rules":
         folder = os.path.join(REPO, "rules")
         found = [os.path.join(folder, f) for f in sorted(os.listdir(folder)) if f.endswith(".yaml")]
