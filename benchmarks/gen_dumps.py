@@ -1,6 +1,6 @@
 """Generate N ranks' worth of py-spy and gdb dumps from real captures.
 
-    python benchmarks/gen_dumps.py N OUTDIR [--threads 40]
+    python benchmarks/gen_dumps.py N OUTDIR [--threads 40] [--culprit R] [--kinds pyspy.txt] [--first K]
 
 Templates are the real dumps of corpus/real_missing_rank_dataloader (rank 0
 waits in all_reduce, rank 2 in data loading). Each generated rank gets its
@@ -81,6 +81,10 @@ def main():
     parser.add_argument("ranks", type=int)
     parser.add_argument("outdir")
     parser.add_argument("--threads", type=int, default=40)
+    parser.add_argument("--culprit", type=int, default=None,
+                        help="only this rank takes the data-loading template (default: every 997th rank)")
+    parser.add_argument("--kinds", default="pyspy.txt,gdb.txt", help="which dumps to write (comma-separated)")
+    parser.add_argument("--first", type=int, default=0, help="the first rank to write (a node's share)")
     args = parser.parse_args()
     os.makedirs(args.outdir, exist_ok=True)
     templates = {}
@@ -90,15 +94,18 @@ def main():
                 templates[rank, kind] = handle.read()
     rnd = random.Random(7)
     total = 0
-    for rank in range(args.ranks):
-        source = 2 if rank % 997 == 2 else 0
+    kinds = set(args.kinds.split(","))
+    for rank in range(args.first, args.ranks):
+        source = (2 if rank == args.culprit else 0) if args.culprit is not None else (2 if rank % 997 == 2 else 0)
         for kind, make in (("pyspy.txt", pyspy_dump), ("gdb.txt", gdb_dump)):
+            if kind not in kinds:
+                continue
             text = make(templates[source, kind], rank, args.threads, rnd)
             path = os.path.join(args.outdir, f"rank{rank}.{kind}")
             with open(path, "w", encoding="utf-8") as handle:
                 handle.write(text)
             total += len(text)
-    print(f"{args.ranks * 2} files, {total / 1e6:.1f} MB in {args.outdir}")
+    print(f"{(args.ranks - args.first) * len(kinds)} files, {total / 1e6:.1f} MB in {args.outdir}")
 
 
 if __name__ == "__main__":

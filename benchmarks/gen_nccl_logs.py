@@ -1,7 +1,7 @@
 """Generate an N-rank NCCL_DEBUG=INFO log with COLL lines, one rank stopping early.
 
     python benchmarks/gen_nccl_logs.py OUT --ranks 8 --size 128M [--per-rank-files]
-        [--stop-rank 5] [--stop-at 0.9] [--per-node 4] [--gzip]
+        [--stop-rank 5] [--stop-at 0.9] [--per-node 4] [--gzip] [--coll-share]
 
 --size is per rank: eight ranks of 128M make a 1 GiB interleaved file.
 
@@ -117,8 +117,13 @@ class _Rank:
 
 def generate(out: str, ranks: int = 8, size: int = 8 << 20, per_node: int = 4,
              stop_rank: int | None = 5, stop_at: float = 0.9, per_rank_files: bool = False,
-             compress: bool = False, seed: int = 0) -> dict:
+             compress: bool = False, seed: int = 0, coll_share: bool = False) -> dict:
     """Write the log(s) of `ranks` ranks, about `size` bytes per rank.
+
+    With `coll_share`, the share counts COLL lines only: the init lines of
+    a 16,384-rank communicator (rank 0's ring dump alone is hundreds of KB)
+    would otherwise fill a small share at once and end every healthy rank's
+    log at its first call.
 
     Returns {"paths": [...], "ranks": {rank: {"host", "pid", "world", "node",
     "world_last", "node_last", "last_op"}}} with commIds as printed
@@ -150,7 +155,8 @@ def generate(out: str, ranks: int = 8, size: int = 8 << 20, per_node: int = 4,
     try:
         for r in rows:
             lines = r.init_lines(per_node)
-            r.written += sum(map(len, lines))
+            if not coll_share:
+                r.written += sum(map(len, lines))
             emit(r.rank if per_rank_files else 0, lines)
         step = 0
         live = list(rows)
@@ -192,10 +198,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--per-rank-files", action="store_true")
     ap.add_argument("--gzip", action="store_true")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--coll-share", action="store_true", help="--size counts COLL lines only, not init lines")
     args = ap.parse_args(argv)
     made = generate(args.out, args.ranks, _size(args.size), args.per_node,
                     args.stop_rank if args.stop_rank >= 0 else None, args.stop_at,
-                    args.per_rank_files, args.gzip, args.seed)
+                    args.per_rank_files, args.gzip, args.seed, args.coll_share)
     for path in made["paths"]:
         print(path)
 

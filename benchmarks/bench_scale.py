@@ -1,0 +1,197 @@
+"""Scale: a 16,384-rank incident end to end, locally and through a Dask
+cluster, and 131,072 ranks as 8 node facts files merged by analyze.
+
+    python benchmarks/bench_scale.py --work /var/tmp/scale [--ranks 16384] [--facts-ranks 131072]
+        [--nodes 8] [--no-dask] [--no-facts] [--json FILE]
+
+The incident (generated once under WORK, reused after): for every rank a
+Flight Recorder dump of 2,000 entries (gen_fr_dumps.py, scenario
+`missing`), a py-spy dump (gen_dumps.py, 40 threads, real captures as
+templates) and an NCCL_DEBUG_FILE tail (gen_nccl_logs.py, 16 KiB); rank
+`--culprit` never issued the collective everyone else waits in, its
+py-spy dump shows it in its data loader, and its NCCL log stops early.
+
+1. `forensics analyze DIR --hung -f json` (the local forked workers, one per CPU);
+2. the same with `--scheduler` on a `distributed.LocalCluster` of 2 worker
+   processes (1 thread each) over TCP on 127.0.0.1, started here: the
+   overhead is its time over the local run's;
+3. `--facts-ranks` ranks of py-spy dumps (12 threads each) in `--nodes`
+   node folders; each folder is turned into a facts file (`forensics parse`,
+   one node after the other here; on a cluster each node parses its own
+   disk at the same time), then `forensics analyze` merges the facts files.
+
+Wall time and peak RSS (the largest single process: wait4 of the command,
+whose own reaped workers count in its figure) for every step; the verdict
+and culprits each run gives. Figures go to stdout and, with --json, to a
+file the benchmarks page reads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+
+
+def machine() -> dict:
+    model = ""
+    try:
+        with open("/proc/cpuinfo") as handle:
+            model = next((line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")), "")
+    except OSError:
+        pass
+    memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return {"cpu": model, "cores": os.cpu_count(), "memory_gib": round(memory / (1 << 30), 1),
+            "python": platform.python_version(), "os": platform.platform()}
+
+
+def peak_of(cmd: list[str], env=None) -> dict:
+    """Wall seconds, peak RSS (MiB: the largest process the command or its
+    reaped workers reached), exit code and output of one run. A fresh helper
+    process runs it, so earlier runs' peaks do not count."""
+    helper = [sys.executable, "-c", (
+        "import json,resource,subprocess,sys,time\n"
+        "t=time.monotonic();p=subprocess.run(sys.argv[1:],capture_output=True)\n"
+        "u=resource.getrusage(resource.RUSAGE_CHILDREN)\n"
+        "print(json.dumps({'seconds':round(time.monotonic()-t,2),'peak_mib':round(u.ru_maxrss/1024),"
+        "'exit':p.returncode,'stdout':p.stdout.decode(errors='replace'),"
+        "'stderr':p.stderr.decode(errors='replace')[-2000:]}))"), *cmd]
+    done = subprocess.run(helper, capture_output=True, text=True, env=env)
+    return json.loads(done.stdout)
+
+
+def verdict(run: dict) -> str:
+    try:
+        report = json.loads(run["stdout"])
+    except ValueError:
+        return f"failed (exit {run['exit']}): {run['stderr'].strip().splitlines()[-1:] or ''}"
+    return f"{report.get('verdict')} {report.get('culprit_ranks')}"
+
+
+def generate(work: str, ranks: int, culprit: int) -> str:
+    folder = os.path.join(work, f"incident{ranks}")
+    done = os.path.join(folder, ".complete")
+    if os.path.exists(done):
+        return folder
+    shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(folder)
+    py = sys.executable
+    subprocess.run([py, os.path.join(HERE, "gen_fr_dumps.py"), os.path.join(folder, "fr"), "--ranks", str(ranks),
+                    "--scenario", "missing", "--culprit", str(culprit)], check=True)
+    subprocess.run([py, os.path.join(HERE, "gen_dumps.py"), str(ranks), os.path.join(folder, "pyspy"),
+                    "--culprit", str(culprit), "--kinds", "pyspy.txt"], check=True)
+    subprocess.run([py, os.path.join(HERE, "gen_nccl_logs.py"), os.path.join(folder, "nccl"), "--ranks", str(ranks),
+                    "--size", "16K", "--per-rank-files", "--stop-rank", str(culprit), "--stop-at", "0.5",
+                    "--per-node", "8", "--coll-share"],
+                   check=True, stdout=subprocess.DEVNULL)
+    open(done, "w").close()
+    return folder
+
+
+def generate_nodes(work: str, ranks: int, nodes: int, culprit: int) -> list[str]:
+    base = os.path.join(work, f"nodes{ranks}")
+    folders = [os.path.join(base, f"node{n}") for n in range(nodes)]
+    if os.path.exists(os.path.join(base, ".complete")):
+        return folders
+    shutil.rmtree(base, ignore_errors=True)
+    per = ranks // nodes
+    for n, folder in enumerate(folders):
+        subprocess.run([sys.executable, os.path.join(HERE, "gen_dumps.py"), str((n + 1) * per), folder,
+                        "--first", str(n * per), "--culprit", str(culprit), "--kinds", "pyspy.txt",
+                        "--threads", "12"], check=True)
+    open(os.path.join(base, ".complete"), "w").close()
+    return folders
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--work", required=True, help="where the generated incidents go (tens of GB at full size)")
+    ap.add_argument("--ranks", type=int, default=16384)
+    ap.add_argument("--culprit", type=int, default=4242)
+    ap.add_argument("--facts-ranks", type=int, default=131072)
+    ap.add_argument("--nodes", type=int, default=8)
+    ap.add_argument("--no-dask", action="store_true")
+    ap.add_argument("--no-facts", action="store_true")
+    ap.add_argument("--json", metavar="FILE", help="also write the figures here")
+    args = ap.parse_args(argv)
+    forensics = [sys.executable, "-m", "forensics"]
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    results = {"benchmark": "scale", "command": "python benchmarks/bench_scale.py " + " ".join(argv or sys.argv[1:]),
+               "machine": machine(), "runs": []}
+
+    def record(label: str, run: dict, **extra) -> dict:
+        row = {"label": label, "seconds": run["seconds"], "peak_mib": run["peak_mib"], "verdict": verdict(run),
+               **extra}
+        results["runs"].append(row)
+        print(f"{label:<48} {run['seconds']:>8.2f} s  peak {run['peak_mib']:>6} MiB  {row['verdict']}"
+              + "".join(f"  {k}={v}" for k, v in extra.items()), flush=True)
+        return row
+
+    started = time.monotonic()
+    folder = generate(args.work, args.ranks, args.culprit)
+    print(f"incident: {args.ranks:,} ranks in {folder} ({_size(folder)}; made or found in "
+          f"{time.monotonic() - started:.0f} s)", flush=True)
+    local = peak_of([*forensics, "analyze", folder, "--hung", "-f", "json", "-q"], env)
+    record(f"local, {os.cpu_count()} forked workers", local, files=_count(folder))
+    if not args.no_dask:
+        from distributed import LocalCluster
+
+        cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                               dashboard_address=None, silence_logs=40)
+        try:
+            remote = peak_of([*forensics, "analyze", folder, "--hung", "-f", "json", "-q", "--scheduler",
+                              cluster.scheduler_address], env)
+        finally:
+            cluster.close()
+        record("Dask LocalCluster, 2 workers x 1 thread", remote,
+               overhead=f"{remote['seconds'] / local['seconds']:.2f}x the local time",
+               same_report=remote["stdout"] == local["stdout"])
+    if not args.no_facts:
+        started = time.monotonic()
+        nodes = generate_nodes(args.work, args.facts_ranks, args.nodes, args.culprit)
+        print(f"{args.facts_ranks:,} ranks of py-spy dumps in {len(nodes)} node folders (made or found in "
+              f"{time.monotonic() - started:.0f} s)", flush=True)
+        facts_files, parse_seconds, parse_peak = [], [], 0
+        for node in nodes:
+            out = node.rstrip("/") + ".facts"
+            run = peak_of([*forensics, "parse", node, "--out", out, "-q"], env)
+            if run["exit"] != 0:
+                print(f"parse {node} failed: {run['stderr']}", file=sys.stderr)
+                return 1
+            facts_files.append(out)
+            parse_seconds.append(run["seconds"])
+            parse_peak = max(parse_peak, run["peak_mib"])
+        results["runs"].append({"label": f"forensics parse, one node of {args.facts_ranks // args.nodes:,} ranks",
+                                "seconds": max(parse_seconds), "peak_mib": parse_peak,
+                                "all_nodes_seconds": parse_seconds,
+                                "facts_bytes": sum(os.path.getsize(f) for f in facts_files)})
+        print(f"{'parse per node (slowest of ' + str(len(nodes)) + ')':<48} {max(parse_seconds):>8.2f} s  "
+              f"peak {parse_peak:>6} MiB  facts files {sum(os.path.getsize(f) for f in facts_files) / 1e6:.0f} MB",
+              flush=True)
+        merged = peak_of([*forensics, "analyze", *facts_files, "--hung", "-f", "json", "-q"], env)
+        record(f"analyze {len(facts_files)} facts files, {args.facts_ranks:,} ranks", merged)
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(results, handle, indent=1)
+    return 0
+
+
+def _count(folder: str) -> int:
+    return sum(len(files) for _, _, files in os.walk(folder))
+
+
+def _size(folder: str) -> str:
+    total = sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(folder) for f in files)
+    return f"{total / 1e9:.1f} GB"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
