@@ -118,6 +118,7 @@ def main(argv=None) -> int:
     ap.add_argument("--culprit", type=int, default=4242)
     ap.add_argument("--facts-ranks", type=int, default=131072)
     ap.add_argument("--nodes", type=int, default=8)
+    ap.add_argument("--no-local", action="store_true", help="skip the 16,384-rank runs (local and Dask)")
     ap.add_argument("--no-dask", action="store_true")
     ap.add_argument("--no-facts", action="store_true")
     ap.add_argument("--json", metavar="FILE", help="also write the figures here")
@@ -135,6 +136,17 @@ def main(argv=None) -> int:
               + "".join(f"  {k}={v}" for k, v in extra.items()), flush=True)
         return row
 
+    if not args.no_local:
+        _incident(args, forensics, env, record)
+    if not args.no_facts:
+        _facts(args, forensics, env, record, results)
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(results, handle, indent=1)
+    return 0
+
+
+def _incident(args, forensics, env, record) -> None:
     started = time.monotonic()
     folder = generate(args.work, args.ranks, args.culprit)
     print(f"incident: {args.ranks:,} ranks in {folder} ({_size(folder)}; made or found in "
@@ -154,34 +166,31 @@ def main(argv=None) -> int:
         record("Dask LocalCluster, 2 workers x 1 thread", remote,
                overhead=f"{remote['seconds'] / local['seconds']:.2f}x the local time",
                same_report=remote["stdout"] == local["stdout"])
-    if not args.no_facts:
-        started = time.monotonic()
-        nodes = generate_nodes(args.work, args.facts_ranks, args.nodes, args.culprit)
-        print(f"{args.facts_ranks:,} ranks of py-spy dumps in {len(nodes)} node folders (made or found in "
-              f"{time.monotonic() - started:.0f} s)", flush=True)
-        facts_files, parse_seconds, parse_peak = [], [], 0
-        for node in nodes:
-            out = node.rstrip("/") + ".facts"
-            run = peak_of([*forensics, "parse", node, "--out", out, "-q"], env)
-            if run["exit"] != 0:
-                print(f"parse {node} failed: {run['stderr']}", file=sys.stderr)
-                return 1
-            facts_files.append(out)
-            parse_seconds.append(run["seconds"])
-            parse_peak = max(parse_peak, run["peak_mib"])
-        results["runs"].append({"label": f"forensics parse, one node of {args.facts_ranks // args.nodes:,} ranks",
-                                "seconds": max(parse_seconds), "peak_mib": parse_peak,
-                                "all_nodes_seconds": parse_seconds,
-                                "facts_bytes": sum(os.path.getsize(f) for f in facts_files)})
-        print(f"{'parse per node (slowest of ' + str(len(nodes)) + ')':<48} {max(parse_seconds):>8.2f} s  "
-              f"peak {parse_peak:>6} MiB  facts files {sum(os.path.getsize(f) for f in facts_files) / 1e6:.0f} MB",
-              flush=True)
-        merged = peak_of([*forensics, "analyze", *facts_files, "--hung", "-f", "json", "-q"], env)
-        record(f"analyze {len(facts_files)} facts files, {args.facts_ranks:,} ranks", merged)
-    if args.json:
-        with open(args.json, "w") as handle:
-            json.dump(results, handle, indent=1)
-    return 0
+
+
+def _facts(args, forensics, env, record, results) -> None:
+    started = time.monotonic()
+    nodes = generate_nodes(args.work, args.facts_ranks, args.nodes, args.culprit)
+    print(f"{args.facts_ranks:,} ranks of py-spy dumps in {len(nodes)} node folders (made or found in "
+          f"{time.monotonic() - started:.0f} s)", flush=True)
+    facts_files, parse_seconds, parse_peak = [], [], 0
+    for node in nodes:
+        out = node.rstrip("/") + ".facts"
+        run = peak_of([*forensics, "parse", node, "--out", out, "-q"], env)
+        if run["exit"] != 0:
+            raise SystemExit(f"parse {node} failed: {run['stderr']}")
+        facts_files.append(out)
+        parse_seconds.append(run["seconds"])
+        parse_peak = max(parse_peak, run["peak_mib"])
+    results["runs"].append({"label": f"forensics parse, one node of {args.facts_ranks // args.nodes:,} ranks",
+                            "seconds": max(parse_seconds), "peak_mib": parse_peak,
+                            "all_nodes_seconds": parse_seconds,
+                            "facts_bytes": sum(os.path.getsize(f) for f in facts_files)})
+    print(f"{'parse per node (slowest of ' + str(len(nodes)) + ')':<48} {max(parse_seconds):>8.2f} s  "
+          f"peak {parse_peak:>6} MiB  facts files {sum(os.path.getsize(f) for f in facts_files) / 1e6:.0f} MB",
+          flush=True)
+    merged = peak_of([*forensics, "analyze", *facts_files, "--hung", "-f", "json", "-q"], env)
+    record(f"analyze {len(facts_files)} facts files, {args.facts_ranks:,} ranks", merged)
 
 
 def _count(folder: str) -> int:

@@ -212,11 +212,13 @@ class Catalogue:
 
     @property
     def _any(self) -> re.Pattern | None:
-        """One search for every entry's literals (longest first, so that one
-        that contains another is found as itself), compiled on first use."""
+        """One search for every entry's literals, compiled on first use.
+        It says where a line holds one (the leftmost), not which: the
+        literals go into a trie, so at each position the engine follows one
+        branch per character instead of trying four hundred alternatives
+        in turn (a flat alternation cost 5 ms a 64 KiB stack dump's head)."""
         if self._any_pattern is None and self._by_literal:
-            literals = sorted(self._by_literal, key=len, reverse=True)
-            self._any_pattern = re.compile("|".join(map(re.escape, literals)))
+            self._any_pattern = re.compile(_trie_pattern(self._by_literal))
         return self._any_pattern
 
     def get(self, entry_id: str) -> Entry | None:
@@ -276,6 +278,24 @@ class Catalogue:
             end = text.find("\n", found.end())
             last_start = start
             yield number, text[start:] if end < 0 else text[start:end]
+
+
+def _trie_pattern(words) -> str:
+    """A regex matching where any of `words` starts. A word that another
+    begins with ends the branch: the longer one adds no new place to match."""
+    trie: dict = {}
+    for word in words:
+        node = trie
+        for ch in word:
+            node = node.setdefault(ch, {})
+        node[""] = {}
+
+    def build(node: dict) -> str:
+        if "" in node:
+            return ""
+        branches = [re.escape(ch) + build(node[ch]) for ch in sorted(node)]
+        return branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
+    return build(trie)
 
 
 def hits(lines, display: str, first_line: int = 1, rank: int | None = None, host: str = "",
