@@ -38,6 +38,8 @@ with Flight Recorder-only input. Both are reported, not fixed, here.
     python benchmarks/bench_fr.py --ranks 64 --repeat 5
     python benchmarks/bench_fr.py --ranks 64 --repeat 7 --floor --no-extras
     python benchmarks/bench_fr.py --ranks 8192 --scenarios missing --timeout 300
+
+Target: ten times the analyzer's speed.
 """
 
 from __future__ import annotations

@@ -10,6 +10,8 @@ data loader), then, alternating `--repeat` times on the same files (medians):
   grep -c opCount a full read of the same bytes (what a person does first)
 and, on one --full-mb slice, `forensics analyze --full` (every line through
 the grammar) for full-parse MB/s. Prints seconds, MB/s and peak RSS.
+
+Target: faster than grep's full read of the same files (tail mode).
 """
 
 from __future__ import annotations

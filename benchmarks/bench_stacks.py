@@ -10,6 +10,8 @@ then in one run on the same files:
              same bytes, the floor for anything that looks at them
 Prints files/s and MB/s for both, forensics' peak RSS, and the verdict
 (expected missing_rank with the data-loading ranks as culprits).
+
+Target: under 30 s for 10,000 ranks.
 """
 
 from __future__ import annotations

@@ -36,9 +36,14 @@ def machine() -> dict:
         memory = round(kib / (1 << 20), 1)
     except (OSError, StopIteration, ValueError):
         pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": memory,
-            "python": f"{platform.python_implementation()} {platform.python_version()}",
-            "os": f"{platform.system()} {platform.release()}"}
+    out = {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": memory,
+           "python": f"{platform.python_implementation()} {platform.python_version()}",
+           "os": f"{platform.system()} {platform.release()}"}
+    try:  # how busy the machine was as the run ended: other work slows every figure
+        out["load_average_1m"] = round(os.getloadavg()[0], 2)
+    except OSError:
+        pass
+    return out
 
 
 def command(argv: list[str] | None = None) -> str:

@@ -313,8 +313,10 @@ def _script_doc(name: str) -> str:
 
 def _machine(machine: dict) -> str:
     memory = f", {machine['memory_gib']:g} GiB of memory" if machine.get("memory_gib") else ""
+    load = (f"; load average {machine['load_average_1m']:g} as the run ended"
+            if machine.get("load_average_1m") is not None else "")
     return (f"{machine.get('cpu', '?')}, {machine.get('cores', '?')} cores{memory}, "
-            f"{machine.get('python', '?')} on {machine.get('os', '?')}")
+            f"{machine.get('python', '?')} on {machine.get('os', '?')}{load}")
 
 
 def _figure(value) -> str:
