@@ -10,6 +10,8 @@ For each scenario and size, in separate processes (so peak RSS is per run):
              networkx.find_cycle (what a naive tool does; it knows no AND
              semantics, no collectives, no verdicts)
 Prints a table of seconds and peak RSS, and ratios to json.load.
+
+Targets: 0.5 s for 10,000 ranks and 5 s for 100,000 (load → verdict).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from gen_snapshots import SCENARIOS, snapshot  # noqa: E402
+from results import record  # noqa: E402
 
 EXPECTED = {"healthy": "healthy", "missing": "missing_rank", "p2p_cycle": "deadlock",
             "mismatch": "collective_mismatch"}
@@ -93,6 +96,7 @@ def main():
     print(f"{'scenario':10} {'ranks':>7} {'MB':>6}  {'forensics s':>11} {'import s':>8} {'render s':>8} "
           f"{'RSS MB':>7} {'json.load s':>11} {'nx-cycle s':>10}  {'x json':>6}  verdict")
     ok = True
+    rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for scenario in args.scenarios.split(","):
             for n in sizes:
@@ -109,6 +113,12 @@ def main():
                       f"{ours['rss'] / 1024:>7.0f} {floor['s']:>11.3f} {naive['s']:>10.3f}  "
                       f"{ours['s'] / max(floor['s'], 1e-9):>6.1f}  {ours['verdict']}"
                       f"{'' if good else '  (WRONG: expected ' + EXPECTED[scenario] + ')'}")
+                rows.append([scenario, n, round(os.path.getsize(path) / 1e6, 1), round(ours["s"], 3),
+                             round(ours["import"], 3), round(ours["render"], 3), round(ours["rss"] / 1024),
+                             round(floor["s"], 3), round(naive["s"], 3),
+                             ours["verdict"] + ("" if good else f" (WRONG: expected {EXPECTED[scenario]})")])
+    record("bench_engine", ["scenario", "ranks", "snapshot MB", "load → verdict s", "imports s",
+                            "JSON render s", "peak RSS MB", "json.load s", "nx find_cycle s", "verdict"], rows)
     return 0 if ok else 1
 
 

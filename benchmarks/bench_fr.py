@@ -38,6 +38,8 @@ with Flight Recorder-only input. Both are reported, not fixed, here.
     python benchmarks/bench_fr.py --ranks 64 --repeat 5
     python benchmarks/bench_fr.py --ranks 64 --repeat 7 --floor --no-extras
     python benchmarks/bench_fr.py --ranks 8192 --scenarios missing --timeout 300
+
+Target: ten times the analyzer's speed.
 """
 
 from __future__ import annotations
@@ -62,8 +64,10 @@ REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
 import gen_fr_dumps  # noqa: E402
+from results import record  # noqa: E402
 
-TRAINENV = "/opt/trainenv"
+# The analyzer's venv (torch 2.13, CPU); FORENSICS_BENCH_TRAINENV names another one that has it.
+TRAINENV = os.environ.get("FORENSICS_BENCH_TRAINENV", "/opt/trainenv")
 TORCH_PIN = "torch==2.13.0"
 PLUGIN = "forensics.ingest.flightrecorder"
 SHIM = (
@@ -398,8 +402,9 @@ def scale(world: int, scenarios, args, work: str, rows: list) -> None:
             agreement = "AGREE" if agrees(ours_verdict, their_verdict) else "DISAGREE"
         print(f"  => {agreement}; forensics {'right' if agrees(ours_verdict, truth) else 'WRONG'}, "
               f"fr_trace {'-' if theirs is None else 'right' if agrees(their_verdict, truth) else 'WRONG'}")
+        floors = {label: median_run(runs).seconds for (label, _, _, _), runs in zip(FLOORS, floor_runs)}
         rows.append((world, scenario, mine, ours_verdict, theirs, their_verdict, agreement,
-                     statistics.median(pairs) if len(pairs) > 1 else None))
+                     statistics.median(pairs) if len(pairs) > 1 else None, floors))
         if not args.keep:
             shutil.rmtree(folder, ignore_errors=True)
 
@@ -501,7 +506,7 @@ def main(argv=None) -> int:
     print("\n== summary")
     print(f"{'ranks':>6} {'scenario':<10} {'forensics s':>11} {'CPU s':>7} {'MiB':>6} {'verdict':<22} "
           f"{'fr_trace s':>10} {'CPU s':>7} {'MiB':>6} {'verdict':<26} {'speed-up':>8} {'per pair':>8}  agreement")
-    for world, scenario, mine, ours_verdict, theirs, their_verdict, agreement, paired in rows:
+    for world, scenario, mine, ours_verdict, theirs, their_verdict, agreement, paired, _ in rows:
         their_time = f"{theirs.seconds:10.2f} {theirs.cpu:7.1f}" if theirs else f"{'-':>10} {'-':>7}"
         their_mem = f"{theirs.peak_mb:6.0f}" if theirs else f"{'-':>6}"
         ratio = f"{theirs.seconds / mine.seconds:7.1f}x" if theirs and mine.seconds else f"{'-':>8}"
@@ -509,6 +514,19 @@ def main(argv=None) -> int:
               f"{(ours_verdict.verdict + ' ' + _ranks(ours_verdict.culprits))[:22]:<22} "
               f"{their_time} {their_mem} {(their_verdict.verdict + ' ' + _ranks(their_verdict.culprits))[:26]:<26} "
               f"{ratio} {f'{paired:7.1f}x' if paired else '-':>8}  {agreement}")
+    record("bench_fr", ["ranks", "scenario", "forensics wall s", "forensics peak RSS MiB", "forensics verdict",
+                        "fr_trace wall s", "fr_trace peak RSS MiB", "fr_trace verdict", "speed-up per pair (median)",
+                        "bare decode s", "decode + networkx s", "agreement"],
+           [[world, scenario, round(mine.seconds, 2), round(mine.peak_mb), f"{v.verdict} {_ranks(v.culprits)}",
+             round(theirs.seconds, 2) if theirs else "-", round(theirs.peak_mb) if theirs else "-",
+             f"{tv.verdict} {_ranks(tv.culprits)}" if theirs else "-",
+             f"{paired:.1f}x" if paired else "-",
+             round(floors["bare decode"], 2) if "bare decode" in floors else "-",
+             round(floors["+ networkx"], 2) if "+ networkx" in floors else "-", agreement]
+            for world, scenario, mine, v, theirs, tv, agreement, paired, floors in rows],
+           notes=[f"{args.entries} entries per dump (pickle, version 2.10); each tool under a "
+                  f"{args.mem_gb:g} GiB address-space cap; median run of {args.repeat}, the tools interleaved",
+                  "analyzer: not run" if args.no_analyzer else f"analyzer: python -m torch.distributed.flight_recorder.fr_trace DIR -p nccl_trace_rank_, torch from {TRAINENV}"])
     return 0
 
 

@@ -9,6 +9,9 @@ For each scenario and size, on one generated snapshot (gen_snapshots.py):
   open s    Chromium (headless, file:// URL) from navigation to the load event,
             best of three (budget: under a second); skipped without chromium
 Rendering should stay a fraction of `analyze`; the last column says which.
+
+Targets: a 10,000-rank HTML page under 2 MB that opens in under a second; rendering
+never slower than the analysis.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 from gen_snapshots import snapshot  # noqa: E402
+from results import record  # noqa: E402
 
 os.environ.setdefault("FORENSICS_DISABLE_PLUGIN_AUTOLOAD", "1")
 
@@ -91,6 +95,11 @@ def main(argv=None) -> int:
     for scenario, size, verdict, a, t, j, h, mb, o in rows:
         print(("{:<10} {:>6} {:<14} " + "{:>9.3f} " * 5 + "{:>9} {:>9.2f}").format(
             scenario, size, verdict, a, t, j, h, mb, "-" if o is None else f"{o:.3f}", h / a))
+    record("bench_report", ["scenario", "ranks", "verdict", "analyze s", "text s", "json s", "html s", "HTML MB",
+                            "Chromium open s (best of 3)", "html / analyze"],
+           [[scenario, size, verdict, round(a, 3), round(t, 3), round(j, 3), round(h, 3), round(mb, 2),
+             "-" if o is None else round(o, 3), round(h / a, 2)]
+            for scenario, size, verdict, a, t, j, h, mb, o in rows], argv=[sys.argv[0], *(argv or sys.argv[1:])])
     return 0
 
 

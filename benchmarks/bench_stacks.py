@@ -10,6 +10,8 @@ then in one run on the same files:
              same bytes, the floor for anything that looks at them
 Prints files/s and MB/s for both, forensics' peak RSS, and the verdict
 (expected missing_rank with the data-loading ranks as culprits).
+
+Target: under 30 s for 10,000 ranks.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from results import record  # noqa: E402
 
 
 def timed(cmd, **kwargs):
@@ -65,6 +69,13 @@ def main():
           f"{'' if good else '  (WRONG)'}")
     print(f"{'grep -c':10} {grep_s:>8.1f} {len(files) / grep_s:>9.0f} {size / 1e6 / grep_s:>7.1f}")
     print(f"ratio forensics/grep: {ours_s / grep_s:.1f}x; stack classes: {len(report['stack_classes'])} top-level")
+    verdict = f"{report['verdict']} {report['culprit_ranks'][:5]}{'' if good else ' (WRONG)'}"
+    record("bench_stacks", ["tool", "files", "MB", "seconds", "files/s", "MB/s", "peak RSS MB", "verdict"],
+           [["forensics analyze --hung", len(files), round(size / 1e6), round(ours_s, 1), round(len(files) / ours_s),
+             round(size / 1e6 / ours_s, 1), round(rss / 1024), verdict],
+            ["grep -c Thread", len(files), round(size / 1e6), round(grep_s, 1), round(len(files) / grep_s),
+             round(size / 1e6 / grep_s, 1), "", ""]],
+           notes=[f"{args.ranks} ranks, a py-spy and a gdb dump each, {args.threads} threads per dump"])
     return 0 if good else 1
 
 

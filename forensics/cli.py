@@ -198,6 +198,10 @@ def build_parser(plugin_set=None) -> argparse.ArgumentParser:
     msg_check = msgs_sub.add_parser("check", help="check catalogue files: every example yields its facts "
                                                   "(exit 0 valid, 1 not)")
     msg_check.add_argument("files", nargs="*", metavar="FILE")
+
+    schema = sub.add_parser("schema", help="print a JSON Schema: of the JSON report, or of YAML rule files")
+    schema.add_argument("which", choices=("report", "rules"),
+                        help="report: what --format json prints; rules: what --rules files hold")
     return parser
 
 
@@ -307,6 +311,8 @@ def _main(argv, plugins=None) -> int:
         if args.messages_command is None:
             parser.parse_args(["messages", "--help"])
         return _messages(args)
+    if args.command == "schema":
+        return _schema(args)
     return EXIT_INPUT  # pragma: no cover - argparse rejects unknown commands
 
 
@@ -749,6 +755,19 @@ def _messages(args) -> int:
         print(f"forensics: no message {args.message_id!r} (see 'forensics messages list')", file=sys.stderr)
         return EXIT_INPUT
     sys.stdout.write(messages.page(entry, args.lang))
+    return EXIT_OK
+
+
+def _schema(args) -> int:
+    if args.which == "report":
+        from .report.json_report import schema_text
+        text = schema_text()
+    else:
+        from importlib import resources
+
+        from .yamlrules import SHIPPED_PACKAGE
+        text = resources.files(SHIPPED_PACKAGE).joinpath("schema.json").read_text("utf-8")
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
     return EXIT_OK
 
 

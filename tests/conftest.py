@@ -1,5 +1,10 @@
+import functools
+import importlib.util
+import json
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -11,6 +16,69 @@ ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "corpus"
 SHARED = ROOT.parent / "shared"
 SAMPLES = SHARED / "samples"
+REPORT_SCHEMA = ROOT / "forensics" / "report" / "schema.json"
+
+# Every JSON report a test renders, in this process or in any Python process
+# it starts, is kept (tests/report_tap/sitecustomize.py) and validated
+# against the report's JSON Schema after the test: a report that breaks the
+# contract fails the test that produced it. Installed before any test module
+# imports forensics.
+_TAP_CODE = Path(__file__).resolve().parent / "report_tap"
+REPORT_TAP = Path(tempfile.mkdtemp(prefix="forensics-test-reports-"))
+os.environ["FORENSICS_TEST_REPORT_TAP"] = str(REPORT_TAP)
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [str(_TAP_CODE)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != str(_TAP_CODE)])
+_tap_spec = importlib.util.spec_from_file_location("forensics_test_report_tap", _TAP_CODE / "sitecustomize.py")
+report_tap = importlib.util.module_from_spec(_tap_spec)
+_tap_spec.loader.exec_module(report_tap)
+report_tap.install()
+_validated = [0]
+
+
+@functools.lru_cache(maxsize=1)
+def report_validator():
+    import jsonschema
+
+    return jsonschema.Draft202012Validator(json.loads(REPORT_SCHEMA.read_text(encoding="utf-8")))
+
+
+def schema_problems(data, limit: int = 5) -> list[str]:
+    """What makes `data` (a parsed JSON report) break the report schema."""
+    errors = sorted(report_validator().iter_errors(data), key=lambda e: list(map(str, e.absolute_path)))
+    return [f"{'/'.join(map(str, e.absolute_path)) or '(top)'}: {e.message[:300]}" for e in errors[:limit]]
+
+
+def tapped_report_problems() -> list[str]:
+    """Validate (and remove) the JSON reports kept since the last call."""
+    problems = []
+    for path in sorted(REPORT_TAP.glob("*.json")):
+        try:
+            data = json.loads(path.read_bytes())
+        except ValueError as exc:
+            problems.append(f"not JSON: {exc}")
+        else:
+            problems += schema_problems(data)
+        _validated[0] += 1
+        path.unlink()
+    return problems
+
+
+@pytest.fixture(autouse=True)
+def _json_reports_follow_the_schema():
+    earlier = [f"{p} (written after an earlier test ended)" for p in tapped_report_problems()]
+    yield
+    problems = earlier + tapped_report_problems()
+    if problems:
+        pytest.fail("a JSON report this test produced breaks forensics/report/schema.json:\n  "
+                    + "\n  ".join(problems), pytrace=False)
+
+
+def pytest_terminal_summary(terminalreporter):
+    terminalreporter.write_line(f"{_validated[0]} JSON report(s) validated against forensics/report/schema.json")
+
+
+def pytest_unconfigure(config):
+    shutil.rmtree(REPORT_TAP, ignore_errors=True)
 
 
 @pytest.fixture

@@ -1,4 +1,9 @@
-"""The stable JSON contract, `forensics.report/1` (see DESIGN.md)."""
+"""The stable JSON contract, `forensics.report/1` (see DESIGN.md).
+
+`schema.json` beside this module is its JSON Schema: `forensics schema
+report` prints it, the docs publish it, and the tests validate every report
+they produce against it, so a field added here without it fails the tests.
+"""
 
 from __future__ import annotations
 
@@ -99,6 +104,13 @@ def _finding(finding, doc, lang: str) -> dict:
         title, explanation, _ = doc.text(lang)
         out["title"], out["explanation"] = title, explanation
     return out
+
+
+def schema_text() -> str:
+    """The JSON Schema of the report, as shipped (`forensics/report/schema.json`)."""
+    from importlib import resources
+
+    return resources.files(__package__).joinpath("schema.json").read_text("utf-8")
 
 
 def render(report, lang: str = "en") -> str:

@@ -294,13 +294,13 @@ def _network(incident, hits, book: AddressBook) -> list[Finding]:
             reason = (f"{most} processes report transport errors with the same peer" if most >= 2 else
                       "one process reports transport errors with this peer; its own side was not seen")
         else:
-            culprits = (_printer_culprit(incident, first),)
+            culprits = _printer_culprits(incident, first)
             level, reason = "medium", "several peers are named; the first error decides"
     else:
-        culprits = (_printer_culprit(incident, first),)
+        culprits = _printer_culprits(incident, first)
         level, reason = "medium", "the first transport error names no peer; its printer is blamed"
     reporters = sorted({_printer(h) for h, _ in faults})
-    who = "; ".join(c.label() for c in culprits)
+    who = "; ".join(c.label() for c in culprits) or "unknown process"
     return [Finding(NETWORK, "network_fault", "error", tuple(sorted(c.rank for c in culprits if c.rank is not None)),
                     f"Transport errors on {', '.join(reporters[:6])}; the link to {who} failed first: {entry.en}",
                     _cite(faults), HINTS[NETWORK][0],
@@ -310,10 +310,14 @@ def _network(incident, hits, book: AddressBook) -> list[Finding]:
                                           else "只有一方或多个对端的传输错误：以最早的错误为准"))]
 
 
-def _printer_culprit(incident, hit: MessageHit) -> Culprit:
+def _printer_culprits(incident, hit: MessageHit) -> tuple[Culprit, ...]:
+    """The process that printed `hit`; none when its line says nothing of
+    who printed it (a culprit with no field would blame nobody)."""
     if hit.rank is not None:
-        return _rank_culprit(incident, hit.rank)
-    return Culprit(host=hit.host, pid=hit.pid)
+        return (_rank_culprit(incident, hit.rank),)
+    if hit.host or hit.pid is not None:
+        return (Culprit(host=hit.host, pid=hit.pid),)
+    return ()
 
 
 _VERDICT_CAUSES = ("missing_rank", "collective_mismatch", "network_fault", "crash", "oom", "peer_died")
