@@ -2,7 +2,7 @@
 cluster, and 131,072 ranks as 8 node facts files merged by analyze.
 
     python benchmarks/bench_scale.py --work /var/tmp/scale [--ranks 16384] [--facts-ranks 131072]
-        [--nodes 8] [--no-dask] [--no-facts] [--json FILE]
+        [--nodes 8] [--no-local] [--no-dask] [--no-facts]
 
 The incident (generated once under WORK, reused after): for every rank a
 Flight Recorder dump of 2,000 entries (gen_fr_dumps.py, scenario
@@ -22,8 +22,8 @@ py-spy dump shows it in its data loader, and its NCCL log stops early.
 
 Wall time and peak RSS (the largest single process: wait4 of the command,
 whose own reaped workers count in its figure) for every step; the verdict
-and culprits each run gives. Figures go to stdout and, with --json, to a
-file the benchmarks page reads.
+and culprits each run gives. Figures go to stdout and to
+benchmarks/results/bench_scale.json, which the benchmarks page reads.
 """
 
 from __future__ import annotations
@@ -31,26 +31,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
-
-
-def machine() -> dict:
-    model = ""
-    try:
-        with open("/proc/cpuinfo") as handle:
-            model = next((line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")), "")
-    except OSError:
-        pass
-    memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    return {"cpu": model, "cores": os.cpu_count(), "memory_gib": round(memory / (1 << 30), 1),
-            "python": platform.python_version(), "os": platform.platform()}
+sys.path.insert(0, HERE)
 
 
 def peak_of(cmd: list[str], env=None) -> dict:
@@ -121,12 +108,10 @@ def main(argv=None) -> int:
     ap.add_argument("--no-local", action="store_true", help="skip the 16,384-rank runs (local and Dask)")
     ap.add_argument("--no-dask", action="store_true")
     ap.add_argument("--no-facts", action="store_true")
-    ap.add_argument("--json", metavar="FILE", help="also write the figures here")
     args = ap.parse_args(argv)
     forensics = [sys.executable, "-m", "forensics"]
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
-    results = {"benchmark": "scale", "command": "python benchmarks/bench_scale.py " + " ".join(argv or sys.argv[1:]),
-               "machine": machine(), "runs": []}
+    results = {"runs": []}
 
     def record(label: str, run: dict, **extra) -> dict:
         row = {"label": label, "seconds": run["seconds"], "peak_mib": run["peak_mib"], "verdict": verdict(run),
@@ -140,9 +125,15 @@ def main(argv=None) -> int:
         _incident(args, forensics, env, record)
     if not args.no_facts:
         _facts(args, forensics, env, record, results)
-    if args.json:
-        with open(args.json, "w") as handle:
-            json.dump(results, handle, indent=1)
+    import results as kept  # benchmarks/results.py: the figures, the command and the machine, for the docs
+
+    rows = [[r["label"], r["seconds"], r["peak_mib"], r.get("verdict", ""),
+             "; ".join(f"{k.replace('_', ' ')} {v}" for k, v in r.items()
+                       if k not in ("label", "seconds", "peak_mib", "verdict"))] for r in results["runs"]]
+    kept.record("bench_scale", ["run", "seconds", "peak RSS (MiB)", "verdict", "notes"], rows,
+                notes=[f"{args.ranks:,}-rank incident: goal 60 s and 2 GiB locally on 2 cores; "
+                       f"{args.facts_ranks:,} ranks as {args.nodes} facts files: time and memory reported"],
+                argv=[sys.argv[0], *(argv if argv is not None else sys.argv[1:])])
     return 0
 
 
