@@ -13,8 +13,8 @@ Compact: each value is a JSON value; a list is ["L", …], a tuple ["T", …],
 a dict ["D", k, v, …], a dataclass [class number, field values…], and an
 object that appears again (a group's members, shared by ten thousand ranks'
 dumps; one Evidence cited twice) ["R", n]: the n-th composite completed so
-far. Composites are numbered as they are completed (children first), on
-both sides.
+far. Composites (but the empty tuple) are numbered as they are completed
+(children first), on both sides.
 
 Versioned: the header names the format version and a fingerprint of the
 classes and fields it encodes. A file from another layout is refused with a
@@ -162,6 +162,8 @@ def encode_value(value) -> object:
     def enc(v):
         if v is None or isinstance(v, (bool, str, float, int)):
             return v
+        if v == () and type(v) is tuple:  # not numbered, on either side: ["T"] is shorter than a reference
+            return ["T"]
         key = id(v)
         if key in memo:
             return ["R", memo[key]]
@@ -207,145 +209,232 @@ class _Bad(Exception):
 
 def decode_value(data, spec: tuple) -> object:
     """The value `data` encodes, checked against `spec`; _Bad when it does not fit."""
-    sch = schema()
-    memo: list = []
+    return _decoder(spec)(data, _Memo())
 
-    def dec(v, s, depth):
-        if depth > MAX_DEPTH:
-            raise _Bad("nested too deeply")
-        kind = s[0]
-        if isinstance(v, list) and v and v[0] == "R":
-            if len(v) != 2 or not isinstance(v[1], int) or not 0 <= v[1] < len(memo):
-                raise _Bad("a reference to nothing")
-            found = memo[v[1]]
-            check(found, s, depth)
-            return found
-        if kind == "any":
-            return plain(v, depth)
-        if kind == "union":
+
+class _Memo:
+    """The composites decoded so far (what ["R", n] points to), and which
+    of them were already checked against which spec where referenced again."""
+
+    __slots__ = ("items", "checked")
+
+    def __init__(self):
+        self.items: list = []
+        self.checked: set = set()
+
+
+_DECODERS: dict = {}
+
+
+def _decoder(spec: tuple):
+    """A function (value, memo) -> decoded value for `spec`, built once per spec.
+    The model has no recursive types, so the specs bound the nesting; only
+    `object` fields (plain values) count their depth."""
+    found = _DECODERS.get(spec)
+    if found is None:
+        found = _DECODERS[spec] = _build(spec)
+    return found
+
+
+def _ref(v, memo: _Memo, spec: tuple):
+    if len(v) != 2 or type(v[1]) is not int or not 0 <= v[1] < len(memo.items):
+        raise _Bad("a reference to nothing")
+    key = (v[1], spec)
+    found = memo.items[v[1]]
+    if key not in memo.checked:
+        _check(found, spec)
+        memo.checked.add(key)
+    return found
+
+
+def _build(spec: tuple):
+    kind = spec[0]
+    if kind == "int" or kind == "rank":
+        ranked = kind == "rank"
+        low, high = (0, m.MAX_RANKS) if ranked else (-(1 << 63), 1 << 63)
+
+        def dec_int(v, memo):
+            if type(v) is int and low <= v < high:
+                return v
+            if type(v) is int:
+                raise _Bad(f"rank {v} is beyond {m.MAX_RANKS:,}" if ranked and v >= 0 else
+                           f"{v} where {'a rank' if ranked else 'an integer'} belongs" if ranked
+                           else "an integer beyond 64 bits")
+            raise _Bad(f"{_what(v)} where an integer belongs")
+        return dec_int
+    if kind in ("str", "bool", "none", "float"):
+        types = {"str": (str,), "bool": (bool,), "none": (type(None),), "float": (float, int)}[kind]
+
+        def dec_plain_type(v, memo):
+            if type(v) in types:
+                return v
+            raise _Bad(f"{_what(v)} where {_name(spec)} belongs")
+        return dec_plain_type
+    if kind == "any":
+        return lambda v, memo: _plain(v, memo, 0)
+    if kind == "union":
+        options = [(option, _decoder(option)) for option in spec[1]]
+        others = [(option, decode) for option, decode in options if option[0] != "none"]
+        if len(others) == 1 and len(options) == 2:  # X | None: most fields
+            decode_other = others[0][1]
+
+            def dec_optional(v, memo):
+                return None if v is None else decode_other(v, memo)
+            return dec_optional
+
+        def dec_union(v, memo):
             said = []
-            for option in s[1]:
+            for option, decode in options:
                 try:
-                    return dec(v, option, depth)
+                    return decode(v, memo)
                 except _Bad as exc:
                     said.append(str(exc))
             # the option of the value's own kind says what is wrong inside it
-            for option, why in zip(s[1], said):
+            for (option, _), why in zip(options, said):
                 if _same_kind(v, option):
                     raise _Bad(why)
-            raise _Bad(f"{_what(v)} where one of {', '.join(_name(o) for o in s[1])} belongs")
-        if kind in ("int", "rank"):
-            if type(v) is not int:
-                raise _Bad(f"{_what(v)} where an integer belongs")
-            if kind == "rank" and not m.plausible_rank(v):
-                raise _Bad(f"rank {v} is beyond {m.MAX_RANKS:,}")
-            if not -(1 << 63) <= v < 1 << 63:
-                raise _Bad("an integer beyond 64 bits")
-            return v
-        if kind == "str":
-            if type(v) is not str:
-                raise _Bad(f"{_what(v)} where a string belongs")
-            return v
-        if kind == "float":
-            if type(v) not in (float, int):
-                raise _Bad(f"{_what(v)} where a number belongs")
-            return v
-        if kind == "bool":
-            if type(v) is not bool:
-                raise _Bad(f"{_what(v)} where true or false belongs")
-            return v
-        if kind == "none":
-            if v is not None:
-                raise _Bad(f"{_what(v)} where null belongs")
-            return v
-        if not isinstance(v, list) or not v:
-            raise _Bad(f"{_what(v)} where {_name(s)} belongs")
-        tag = v[0]
-        if kind == "list":
-            if tag != "L":
+            raise _Bad(f"{_what(v)} where one of {', '.join(_name(o) for o, _ in options)} belongs")
+        return dec_union
+    if kind == "list":
+        item = _decoder(spec[1])
+
+        def dec_list(v, memo):
+            if type(v) is not list or not v or v[0] != "L":
                 raise _Bad(f"{_what(v)} where a list belongs")
-            return [dec(x, s[1], depth + 1) for x in v[1:]]
-        if kind == "dict":
-            if tag != "D" or len(v) % 2 != 1:
+            return [item(x, memo) for x in v[1:]]
+        return dec_list
+    if kind == "dict":
+        key, value = _decoder(spec[1]), _decoder(spec[2])
+
+        def dec_dict(v, memo):
+            if type(v) is not list or not v or v[0] != "D" or len(v) % 2 != 1:
                 raise _Bad(f"{_what(v)} where a mapping belongs")
-            return {_hashable(dec(v[i], s[1], depth + 1)): dec(v[i + 1], s[2], depth + 1)
-                    for i in range(1, len(v), 2)}
-        if kind == "tuple":
-            if tag != "T":
-                raise _Bad(f"{_what(v)} where a tuple belongs")
-            out = tuple(dec(x, s[1], depth + 1) for x in v[1:])
-        elif kind == "fixed":
-            if tag != "T" or len(v) - 1 != len(s[1]):
-                raise _Bad(f"{_what(v)} where a tuple of {len(s[1])} belongs")
-            out = tuple(dec(x, t, depth + 1) for x, t in zip(v[1:], s[1]))
-        elif kind == "class":
-            cls = s[1]
-            number = sch.number[cls]
-            if tag != number:
-                raise _Bad(f"{_what(v)} where a {cls.__name__} belongs")
-            names, specs = sch.fields[number], sch.specs[number]
-            if len(v) - 1 != len(names):
-                raise _Bad(f"a {cls.__name__} of {len(v) - 1} fields; it has {len(names)}")
-            values = [dec(x, t, depth + 1) for x, t in zip(v[1:], specs)]
-            if dataclasses.is_dataclass(cls):
-                out = object.__new__(cls)
-                for name, value in zip(names, values):
-                    object.__setattr__(out, name, value)
-            else:
-                out = cls(*values)
+            return {_hashable(key(v[i], memo)): value(v[i + 1], memo) for i in range(1, len(v), 2)}
+        return dec_dict
+    if kind == "tuple":
+        item = _decoder(spec[1])
+
+        def dec_tuple(v, memo):
+            if type(v) is list and v:
+                tag = v[0]
+                if tag == "T":
+                    if len(v) == 1:
+                        return ()
+                    out = tuple([item(x, memo) for x in v[1:]])
+                    memo.items.append(out)
+                    return out
+                if tag == "R":
+                    return _ref(v, memo, spec)
+            raise _Bad(f"{_what(v)} where a tuple belongs")
+        return dec_tuple
+    if kind == "fixed":
+        items = [_decoder(s) for s in spec[1]]
+        size = len(items)
+
+        def dec_fixed(v, memo):
+            if type(v) is list and v:
+                tag = v[0]
+                if tag == "T" and len(v) - 1 == size:
+                    out = tuple([decode(x, memo) for decode, x in zip(items, v[1:])])
+                    if size:
+                        memo.items.append(out)
+                    return out
+                if tag == "R":
+                    return _ref(v, memo, spec)
+            raise _Bad(f"{_what(v)} where a tuple of {size} belongs")
+        return dec_fixed
+    if kind == "class":
+        cls = spec[1]
+        sch = schema()
+        number = sch.number[cls]
+        names = sch.fields[number]
+        fields = list(zip([_decoder(s) for s in sch.specs[number]], names))
+        size = len(names)
+        if dataclasses.is_dataclass(cls):
+            setters = [getattr(cls, name).__set__ for name in names]  # the slots themselves (frozen or not)
+            new = object.__new__
+
+            def make(values):
+                out = new(cls)
+                for setter, value in zip(setters, values):
+                    setter(out, value)
+                return out
         else:
-            raise _Bad(f"no decoding for {_name(s)}")
-        memo.append(out)
+            make = cls._make
+
+        def dec_class(v, memo):
+            if type(v) is list and v:
+                tag = v[0]
+                if tag == number and len(v) - 1 == size:
+                    out = make([decode(x, memo) for (decode, _), x in zip(fields, v[1:])])
+                    memo.items.append(out)
+                    return out
+                if tag == "R":
+                    return _ref(v, memo, spec)
+                if tag == number:
+                    raise _Bad(f"a {cls.__name__} of {len(v) - 1} fields; it has {size}")
+            raise _Bad(f"{_what(v)} where a {cls.__name__} belongs")
+        return dec_class
+    raise _Bad(f"no decoding for {_name(spec)}")
+
+
+def _plain(v, memo: _Memo, depth: int):
+    """An `object` field (a message's facts): plain values and tuples of them."""
+    if depth > MAX_DEPTH:
+        raise _Bad("nested too deeply")
+    if v is None or type(v) in (bool, str, float):
+        return v
+    if type(v) is int:
+        if not -(1 << 63) <= v < 1 << 63:
+            raise _Bad("an integer beyond 64 bits")
+        return v
+    if type(v) is list and v and v[0] == "T":
+        if len(v) == 1:
+            return ()
+        out = tuple(_plain(x, memo, depth + 1) for x in v[1:])
+        memo.items.append(out)
         return out
+    if type(v) is list and v and v[0] == "R":
+        return _ref(v, memo, ("any",))
+    raise _Bad(f"{_what(v)} where a plain value belongs")
 
-    def plain(v, depth):
-        """An `object` field (a message's facts): plain values and tuples of them."""
-        if depth > MAX_DEPTH:
-            raise _Bad("nested too deeply")
-        if v is None or type(v) in (bool, str, float):
-            return v
-        if type(v) is int:
-            if not -(1 << 63) <= v < 1 << 63:
-                raise _Bad("an integer beyond 64 bits")
-            return v
-        if isinstance(v, list) and v and v[0] == "T":
-            out = tuple(plain(x, depth + 1) for x in v[1:])
-            memo.append(out)
-            return out
-        raise _Bad(f"{_what(v)} where a plain value belongs")
 
-    def check(found, s, depth):
-        """A referenced object fits where it is referenced again."""
-        kind = s[0]
-        if kind == "class":
-            if type(found) is not s[1]:
-                raise _Bad(f"a reference to a {type(found).__name__} where a {s[1].__name__} belongs")
-        elif kind == "union":
-            for option in s[1]:
-                try:
-                    return check(found, option, depth)
-                except _Bad:
-                    continue
-            raise _Bad(f"a reference to a {type(found).__name__} where one of "
-                       f"{', '.join(_name(o) for o in s[1])} belongs")
-        elif kind in ("tuple", "fixed"):
-            if type(found) is not tuple:
-                raise _Bad(f"a reference to a {type(found).__name__} where a tuple belongs")
-            if kind == "fixed" and len(found) != len(s[1]):
-                raise _Bad(f"a reference to a tuple of {len(found)} where one of {len(s[1])} belongs")
-            for i, x in enumerate(found):
-                item = s[1] if kind == "tuple" else s[1][i]
-                if isinstance(x, (tuple,)) or type(x) in sch.number:
-                    check(x, item, depth + 1)
-                else:
-                    dec(x, item, depth + 1)  # a plain value: checked as it would be decoded
-        elif kind == "any":
-            if type(found) is not tuple:
-                raise _Bad(f"a reference to a {type(found).__name__} where a plain value belongs")
-        else:
-            raise _Bad(f"a reference where {_name(s)} belongs")
-
-    return dec(data, spec, 0)
+def _check(found, spec: tuple, depth: int = 0) -> None:
+    """An object referenced again fits where it is referenced this time."""
+    if depth > MAX_DEPTH:
+        raise _Bad("nested too deeply")
+    kind = spec[0]
+    sch = schema()
+    if kind == "class":
+        if type(found) is not spec[1]:
+            raise _Bad(f"a reference to a {type(found).__name__} where a {spec[1].__name__} belongs")
+    elif kind == "union":
+        for option in spec[1]:
+            try:
+                return _check(found, option, depth)
+            except _Bad:
+                continue
+        raise _Bad(f"a reference to a {type(found).__name__} where one of "
+                   f"{', '.join(_name(o) for o in spec[1])} belongs")
+    elif kind in ("tuple", "fixed"):
+        if type(found) is not tuple:
+            raise _Bad(f"a reference to a {type(found).__name__} where a tuple belongs")
+        if kind == "fixed" and len(found) != len(spec[1]):
+            raise _Bad(f"a reference to a tuple of {len(found)} where one of {len(spec[1])} belongs")
+        for i, x in enumerate(found):
+            item = spec[1] if kind == "tuple" else spec[1][i]
+            if type(x) is tuple or type(x) in sch.number:
+                _check(x, item, depth + 1)
+            else:
+                _decoder(item)(x, _Memo())  # a plain value: checked as it would be decoded
+    elif kind == "any":
+        if type(found) is not tuple:
+            raise _Bad(f"a reference to a {type(found).__name__} where a plain value belongs")
+        for x in found:
+            if type(x) is tuple:
+                _check(x, spec, depth + 1)
+    else:
+        raise _Bad(f"a reference where {_name(spec)} belongs")
 
 
 def _same_kind(v, spec: tuple) -> bool:
