@@ -136,10 +136,24 @@ def test_a_body_of_the_wrong_shape_is_refused_field_by_field(tmp_path):
     changed = json.loads(first)
     changed[3] = 12
     _refused(tmp_path, _join(header, ["T", ["L", changed], *body[2:]]), "12 where a string belongs")
-    # a rank past the ranks a job can have, where a rank number belongs
-    changed = json.loads(first)
-    changed[4] = 1 << 40
-    _refused(tmp_path, _join(header, ["T", ["L", changed], *body[2:]]), "rank 1099511627776 is beyond")
+    # a rank past the ranks a job can have, where a rank number belongs: the `rank` field of the
+    # first object that has one (a ProcessRecord, a RankState, a MessageHit)
+    sch = wire.schema()
+    with_rank = {number: fields.index("rank") + 1 for number, fields in enumerate(sch.fields) if "rank" in fields}
+    changed = json.loads(text)
+
+    def first_with_rank(value):
+        if isinstance(value, list) and value:
+            if value[0] in with_rank and type(value[0]) is int and len(value) > with_rank[value[0]]:
+                return value
+            for item in value[1:]:
+                found = first_with_rank(item)
+                if found is not None:
+                    return found
+        return None
+    target = first_with_rank(changed)
+    target[with_rank[target[0]]] = 1 << 40
+    _refused(tmp_path, _join(header, changed), "rank 1099511627776 is beyond")
     del mutated
 
 

@@ -41,9 +41,10 @@ MAGIC = b"FORENSICS-FACTS\n"
 MAX_DEPTH = 64
 
 # Integer fields that hold global ranks (or a rank-sized count): checked
-# against model.MAX_RANKS as the readers check them.
-_RANK_FIELDS = frozenset({"rank", "ranks", "peers", "rank_hint", "peers_in_errors", "order", "declared_waits",
-                          "local_rank"})
+# against model.MAX_RANKS as the readers check them. Not the hints (a
+# number in a file's name, a `rank` local, a launcher's local rank): the
+# readers keep those as found and attribution judges them.
+_RANK_FIELDS = frozenset({"rank", "ranks", "peers", "peers_in_errors", "order", "declared_waits"})
 # Facts' tuples by position: (host, pid, rank, evidence); (group, comm rank, comm size, host, pid, evidence).
 _TUPLE_RANKS = {("Facts", "pid_ranks"): {2}, ("Facts", "comm_members"): {1, 2}}
 
