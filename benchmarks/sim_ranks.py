@@ -4,7 +4,8 @@ in the shape its publisher sends (forensics/agent.py).
 
     python benchmarks/sim_ranks.py --store URL --world 10000 --ranks 0:2500 --plan plan.json --out result.json
 
-The plan (JSON) holds wall-clock times every process follows:
+Once connected it writes result.json.ready and waits for the plan (JSON), which
+holds wall-clock times every process follows:
   hello_at      each rank publishes that it computes (its pid and host)
   churn_until   until then, `churn_rate` publications a second per process: a rank
                 waits in the step's all_reduce past the threshold, then computes again
@@ -68,12 +69,16 @@ def main() -> int:
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     first, stop = map(int, args.ranks.split(":"))
+    store = connect(args.store)
+    with open(args.out + ".ready", "w"):
+        pass  # connected: the runner writes the plan once every simulator is
+    while not os.path.exists(args.plan):
+        time.sleep(0.05)
     with open(args.plan) as handle:
         plan = json.load(handle)
     mine = range(first, stop)
     cycle = [r for r in plan["cycle"] if first <= r < stop]
     host, base_pid = socket.gethostname(), 100000 + first
-    store = connect(args.store)
     rng = random.Random(first)
     published = 0
 
@@ -89,8 +94,11 @@ def main() -> int:
         raise SystemExit(f"sim: {args.store} does not answer")
 
     wait_until(plan["hello_at"])
+    hello_started = time.time()
     for rank in mine:
         publish(rank, state("compute", 0, args.world, host, base_pid + rank - first))
+    hello_took = time.time() - hello_started
+    churned = published
     waiting: dict[int, float] = {}
     others = [r for r in mine if r not in plan["cycle"]]
     gap = 1.0 / plan["churn_rate"] if plan.get("churn_rate") else None
@@ -108,6 +116,7 @@ def main() -> int:
         time.sleep(gap)
     for rank in waiting:
         publish(rank, state("compute", 0, args.world, host, base_pid + rank - first))
+    churned = published - churned
     seq = plan["seq"]
     wait_until(plan["storm_at"])
     storm_started = time.time()
@@ -122,7 +131,8 @@ def main() -> int:
                             done=seq - 1))
         injected[rank] = time.time()
     with open(args.out, "w") as handle:
-        json.dump({"published": published, "injected": injected, "storm_s": storm_took}, handle)
+        json.dump({"published": published, "injected": injected, "storm_s": storm_took, "hello_s": hello_took,
+                   "churn_publications": churned}, handle)
     return 0
 
 

@@ -84,13 +84,14 @@ class _Group:
 class _Slot:
     """What one thread is in. `started` (monotonic ns) is written last on
     entry and zeroed on return; the publisher reads it before and after
-    the other fields and keeps what it read only if it did not move."""
+    the other fields and keeps what it read only if it did not move.
+    `call` is a tuple made once per wrapper: (op, is P2P, waits on async
+    work), so a collective writes four fields and no more."""
 
-    __slots__ = ("op", "group", "seq", "peer", "any_source", "waits_work", "started", "thread", "__weakref__")
+    __slots__ = ("call", "group", "seq", "peer", "started", "thread", "__weakref__")
 
     def __init__(self):
-        self.op, self.group, self.seq, self.peer = "", None, 0, -1
-        self.any_source = self.waits_work = False
+        self.call, self.group, self.seq, self.peer = ("", False, False), None, 0, -1
         self.started = 0
         self.thread = threading.get_ident()
 
@@ -98,11 +99,11 @@ class _Slot:
 class _Pending:
     """An asynchronous call whose Work has not been waited on yet."""
 
-    __slots__ = ("work", "op", "group", "seq", "peer", "any_source")
+    __slots__ = ("work", "call", "group", "seq", "peer")
 
-    def __init__(self, work, op, group, seq, peer, any_source):
+    def __init__(self, work, call, group, seq, peer):
         self.work = weakref.ref(work)
-        self.op, self.group, self.seq, self.peer, self.any_source = op, group, seq, peer, any_source
+        self.call, self.group, self.seq, self.peer = call, group, seq, peer
 
 
 _local = threading.local()
@@ -146,46 +147,41 @@ def _positions(fn, *names):
     return [params.index(n) if n in params else -1 for n in names]
 
 
+_WAITED = {}  # (op, is P2P) → the call tuple of its Work being waited on
+
+
+def _calls(op: str, p2p: bool) -> tuple[tuple, tuple]:
+    """The call tuples of a blocking call and of its async work waited on."""
+    waited = _WAITED.setdefault((op, p2p), (op, p2p, True))
+    return (op, p2p, False), waited
+
+
 def _wrap(dist, api: str, fn):
     """The recording wrapper of one torch.distributed function."""
+    if api in P2P:
+        return _wrap_p2p(dist, api, fn)
     group_at, async_at = _positions(fn, "group", "async_op")
-    peer_name, group_peer_name = (P2P[api][1], P2P[api][2]) if api in P2P else ("", "")
-    peer_at, group_peer_at = _positions(fn, peer_name, group_peer_name) if peer_name else (-1, -1)
-    op = P2P[api][0] if api in P2P else COLLECTIVES[api]
-    p2p = api in P2P
-    always_async = api in ALWAYS_ASYNC
+    blocking, waited = _calls(COLLECTIVES[api], False)
     groups, local, clock, learn = _groups, _local, _clock, _learn_group
-
-    def argument(args, kwargs, name, at, default=None):
-        if name in kwargs:
-            return kwargs[name]
-        return args[at] if 0 <= at < len(args) else default
 
     def call(*args, **kwargs):
         if kwargs:
-            group = kwargs["group"] if "group" in kwargs else (args[group_at] if 0 <= group_at < len(args) else None)
-            is_async = always_async or bool(argument(args, kwargs, "async_op", async_at, False))
+            group = kwargs.get("group", args[group_at] if len(args) > group_at >= 0 else None)
+            is_async = kwargs.get("async_op", len(args) > async_at >= 0 and args[async_at])
         else:
-            group = args[group_at] if 0 <= group_at < len(args) else None
-            is_async = always_async or (0 <= async_at < len(args) and bool(args[async_at]))
-        g = groups.get(id(group)) or learn(dist, group)
+            group = args[group_at] if len(args) > group_at >= 0 else None
+            is_async = len(args) > async_at >= 0 and args[async_at]
+        g = groups.get(id(group))
         if g is None:
-            return fn(*args, **kwargs)
-        if p2p:
-            seq = g.seq  # P2P calls carry the group's position, they do not advance it
-            peer = argument(args, kwargs, peer_name, peer_at)
-            if peer is None:
-                local_peer = argument(args, kwargs, group_peer_name, group_peer_at)
-                peer = g.members[local_peer] if type(local_peer) is int and 0 <= local_peer < len(g.members) \
-                    else -1
-            any_source = peer is None or peer == -1
-        else:
-            seq = g.seq = g.seq + 1
-            peer, any_source = -1, False
+            g = learn(dist, group)
+            if g is None:
+                return fn(*args, **kwargs)
+        g.seq += 1
+        seq = g.seq
         if is_async:
             work = fn(*args, **kwargs)
             if work is not None:
-                _track(work, op, g, seq, peer, any_source and op == "recv")
+                _track(work, waited, g, seq, -1)
             return work
         try:
             slot = local.slot
@@ -193,16 +189,68 @@ def _wrap(dist, api: str, fn):
             slot = _new_slot()
         if slot.started:  # inside another recorded call (a torch helper calling back): the outer one stands
             return fn(*args, **kwargs)
-        slot.op, slot.group, slot.seq, slot.peer = op, g, seq, peer
-        slot.any_source, slot.waits_work = any_source and op == "recv", False
+        slot.call = blocking
+        slot.group = g
+        slot.seq = seq
         slot.started = clock()
         try:
             return fn(*args, **kwargs)
         finally:
             slot.started = 0
-            if seq > g.done and not p2p:
-                g.done = seq
+            g.done = seq
 
+    return _named(call, fn, api)
+
+
+def _wrap_p2p(dist, api: str, fn):
+    op, peer_name, group_peer_name = P2P[api]
+    group_at, async_at, peer_at, group_peer_at = _positions(fn, "group", "async_op", peer_name, group_peer_name)
+    blocking, waited = _calls(op, True)
+    always_async = api in ALWAYS_ASYNC
+    groups, local, clock, learn = _groups, _local, _clock, _learn_group
+
+    def argument(args, kwargs, name, at, default=None):
+        if name in kwargs:
+            return kwargs[name]
+        return args[at] if len(args) > at >= 0 else default
+
+    def call(*args, **kwargs):
+        group = argument(args, kwargs, "group", group_at)
+        g = groups.get(id(group))
+        if g is None:
+            g = learn(dist, group)
+            if g is None:
+                return fn(*args, **kwargs)
+        peer = argument(args, kwargs, peer_name, peer_at)
+        if peer is None:
+            local_peer = argument(args, kwargs, group_peer_name, group_peer_at)
+            members = g.members
+            peer = members[local_peer] if type(local_peer) is int and 0 <= local_peer < len(members) else -1
+        if always_async or argument(args, kwargs, "async_op", async_at, False):
+            work = fn(*args, **kwargs)
+            if work is not None:
+                _track(work, waited, g, g.seq, peer)
+            return work
+        try:
+            slot = local.slot
+        except AttributeError:
+            slot = _new_slot()
+        if slot.started:
+            return fn(*args, **kwargs)
+        slot.call = blocking
+        slot.group = g
+        slot.seq = g.seq  # P2P calls carry the group's position, they do not advance it
+        slot.peer = peer
+        slot.started = clock()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            slot.started = 0
+
+    return _named(call, fn, api)
+
+
+def _named(call, fn, api):
     call.__wrapped__ = fn
     call.__name__ = getattr(fn, "__name__", api)
     call.__qualname__ = getattr(fn, "__qualname__", api)
@@ -242,9 +290,9 @@ class _P2PWrapper:
         return repr(self.original)
 
 
-def _track(work, op, group, seq, peer, any_source) -> None:
+def _track(work, call, group, seq, peer) -> None:
     try:
-        _pending[id(work)] = _Pending(work, op, group, seq, peer, any_source)
+        _pending[id(work)] = _Pending(work, call, group, seq, peer)
     except TypeError:  # an object that takes no weak reference: not followed
         return
     if len(_pending) > MAX_PENDING:
@@ -270,10 +318,10 @@ def _wrap_batch(dist, fn):
                     described = [("send" if p.op is isend else "recv", int(p.peer)) for p in ops]
                     if len(works) == len(described):
                         for work, (op, peer) in zip(works, described):
-                            _track(work, op, g, g.seq, peer, False)
+                            _track(work, _calls(op, True)[1], g, g.seq, peer)
                     else:  # one work for the whole batch (coalescing back-ends): it waits for every peer
                         for work in works:
-                            _track(work, described[0][0], g, g.seq, -1, False)
+                            _track(work, _calls(described[0][0], True)[1], g, g.seq, -2)
             except Exception:  # noqa: BLE001 - recording must never break the call
                 pass
         return works
@@ -286,27 +334,29 @@ def _wrap_batch(dist, fn):
 def _wrap_wait(original):
     pending, local, clock = _pending, _local, _clock
 
-    def wait(self, *args, **kwargs):
+    def wait(self, timeout=None):
         if not pending:
-            return original(self, *args, **kwargs)
+            return original(self) if timeout is None else original(self, timeout)
         record = pending.pop(id(self), None)
         if record is None or record.work() is not self:
-            return original(self, *args, **kwargs)
+            return original(self) if timeout is None else original(self, timeout)
         try:
             slot = local.slot
         except AttributeError:
             slot = _new_slot()
         if slot.started:
-            return original(self, *args, **kwargs)
+            return original(self) if timeout is None else original(self, timeout)
         g = record.group
-        slot.op, slot.group, slot.seq, slot.peer = record.op, g, record.seq, record.peer
-        slot.any_source, slot.waits_work = record.any_source, True
+        slot.call = record.call
+        slot.group = g
+        slot.seq = record.seq
+        slot.peer = record.peer
         slot.started = clock()
         try:
-            return original(self, *args, **kwargs)
+            return original(self) if timeout is None else original(self, timeout)
         finally:
             slot.started = 0
-            if record.op not in ("send", "recv") and record.seq > g.done:
+            if not record.call[1] and record.seq > g.done:
                 g.done = record.seq
 
     wait.__wrapped__ = original
@@ -376,12 +426,14 @@ def current_state(threshold_ns: int) -> dict:
         started = slot.started
         if not started or now - started < threshold_ns or (best is not None and started >= best[0]):
             continue
-        fields = (started, slot.op, slot.group, slot.seq, slot.peer, slot.any_source, slot.waits_work, slot.thread)
+        fields = (started, slot.call, slot.group, slot.seq, slot.peer, slot.thread)
         if slot.started == started:  # not replaced while read
             best = fields
     if best is None:
         return {"current_op": "compute"}
-    started, op, group, seq, peer, any_source, waits_work, thread = best
+    started, (op, p2p, waits_work), group, seq, peer, thread = best
+    peer = peer if p2p else -1
+    any_source = p2p and op == "recv" and peer == -1
     elapsed_ns = now - started
     state = {"current_op": op, "group": group.name, "op_seq": seq, "state": "started",
              "elapsed_ms": elapsed_ns // 1_000_000, "entered_at": time.time() - elapsed_ns / 1e9,

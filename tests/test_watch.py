@@ -347,14 +347,19 @@ def test_simulated_ranks_from_several_processes_cycle_found_no_false_alarm(kind,
                                  "time.sleep(600)"], stderr=subprocess.DEVNULL)
     try:
         watcher = Watcher(tmp_path, url, world, "--stuck-after", "600")
-        now = time.time() + 8
-        plan = {"hello_at": now, "churn_until": now + 6, "churn_rate": 200, "storm_at": now + 8,
-                "inject_at": now + 14, "cycle": cycle, "seq": 100}
-        (tmp_path / "plan.json").write_text(json.dumps(plan))
         sims = [subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "sim_ranks.py"), "--store", url,
                                   "--world", str(world), "--ranks", f"{lo}:{lo + world // 2}", "--plan",
                                   str(tmp_path / "plan.json"), "--out", str(tmp_path / f"sim{lo}.json")])
                 for lo in (0, world // 2)]
+        deadline = time.time() + 120
+        while not all((tmp_path / f"sim{lo}.json.ready").exists() for lo in (0, world // 2)):
+            assert time.time() < deadline and all(p.poll() is None for p in sims), "the simulators did not connect"
+            time.sleep(0.1)
+        now = time.time() + 5  # the watcher has warmed up by then
+        plan = {"hello_at": now, "churn_until": now + 6, "churn_rate": 200, "storm_at": now + 8,
+                "inject_at": now + 14, "cycle": cycle, "seq": 100}
+        (tmp_path / "plan.tmp").write_text(json.dumps(plan))
+        (tmp_path / "plan.tmp").rename(tmp_path / "plan.json")
         assert all(p.wait(120) == 0 for p in sims)
         code, out, err = watcher.finish(60)
     finally:
@@ -367,6 +372,8 @@ def test_simulated_ranks_from_several_processes_cycle_found_no_false_alarm(kind,
                    for t in json.loads((tmp_path / f"sim{lo}.json").read_text())["injected"].values())
     verdict = watcher.verdict()
     assert verdict["detected_at"] > injected and verdict["ranks_with_state"] == world  # nothing before the cycle
+    churned = sum(json.loads((tmp_path / f"sim{lo}.json").read_text())["churn_publications"] for lo in (0, world // 2))
+    assert churned > 500  # the straggler churn did happen (and raised nothing)
 
 
 # ---------------------------------------------------------------- no processes

@@ -38,6 +38,10 @@ MAX_LIST = 64
 MAX_TEXT = 300
 MAX_GROUP = 1 << 20
 IDLE_OPS = frozenset({"compute", "idle", "exited"})
+P2P_OPS = frozenset({"send", "recv"})
+SUBSET_FROM = 512      # with more states than this, a change is first judged on the ranks it can involve
+QUIET_S = 0.25         # ... and every state together once no rank moved for this long,
+FULL_EVERY_S = 5.0     # or at least this often
 
 
 @dataclass
@@ -160,8 +164,11 @@ def position(state: dict | None):
             state.get("async"), state.get("alive"), state.get("pid"))
 
 
-def snapshot(states: dict[int, dict], taken_at: float | None = None) -> dict:
-    """The agents' states as a watchdog snapshot (forensics/ingest/snapshot.py reads it)."""
+def snapshot(states: dict[int, dict], taken_at: float | None = None, collective_groups: bool = False) -> dict:
+    """The agents' states as a watchdog snapshot (forensics/ingest/snapshot.py
+    reads it). `collective_groups`: list the members only of groups a rank
+    is in a collective on (a part of the job judged alone must not make the
+    engine count the rest of a P2P call's group as silent ranks)."""
     ranks, groups = {}, {}
     for rank, state in sorted(states.items()):
         entry = {k: state[k] for k in ("current_op", "op_seq", "group", "peers", "state", "pid", "host",
@@ -170,6 +177,8 @@ def snapshot(states: dict[int, dict], taken_at: float | None = None) -> dict:
             entry.pop("op_seq", None)
         ranks[str(rank)] = entry
         name = state.get("group")
+        if collective_groups and (state.get("current_op") in P2P_OPS or not is_blocked(state)):
+            continue
         if name and state.get("group_ranks") and str(name) not in groups:
             groups[str(name)] = {"ranks": list(state["group_ranks"]), "name": state.get("group_desc", "")}
     out = {"schema": SNAPSHOT_SCHEMA, "groups": groups, "ranks": ranks}
@@ -295,6 +304,10 @@ class Watcher:
         self.verdicts: list[Verdict] = []
         self.plugins = options.plugins
         self.current = os.path.join(options.out, "current")
+        self.blocked: set[int] = set()      # ranks whose state is a call in progress
+        self.moved_ranks: set[int] = set()  # ranks that moved since the last judgement
+        self.full_due = False               # a part was judged alone: judge everything once changes pause
+        self.last_full = 0.0
 
     # -- the store
 
@@ -369,6 +382,8 @@ class Watcher:
             if raw is None:
                 if before is not None:
                     del self.states[rank]
+                    self.blocked.discard(rank)
+                    self.moved_ranks.add(rank)
                     moved = True
                     if self.store.ttl and not quiet:
                         self.say(f"rank {rank}: its state expired ({RANK_TTL_S} s without a word): silent")
@@ -381,12 +396,19 @@ class Watcher:
                     self.say(f"rank {rank} published something that is not a state ({exc}): ignored")
                 if before is not None:
                     del self.states[rank]
+                    self.blocked.discard(rank)
+                    self.moved_ranks.add(rank)
                     moved = True
                 continue
             self.complaints.pop(rank, None)
             self.states[rank] = state
             if position(state) != position(before):
                 moved = True
+                self.moved_ranks.add(rank)
+                if is_blocked(state):
+                    self.blocked.add(rank)
+                else:
+                    self.blocked.discard(rank)
         if moved:
             self.changed_at, self.changed_wall = time.monotonic(), time.time()
             self.judged_stuck_at = None
@@ -408,10 +430,10 @@ class Watcher:
         self.analyze(folder)
         shutil.rmtree(folder, ignore_errors=True)
 
-    def write_snapshots(self, folder: str, states: dict, stuck_since: float | None) -> None:
+    def write_snapshots(self, folder: str, states: dict, stuck_since: float | None, part: bool = False) -> None:
         os.makedirs(folder, exist_ok=True)
         now = time.time()
-        _write_text(os.path.join(folder, "snapshot.json"), snapshot_text(snapshot(states, now)))
+        _write_text(os.path.join(folder, "snapshot.json"), snapshot_text(snapshot(states, now, part)))
         earlier = os.path.join(folder, "snapshot-at-last-change.json")
         if stuck_since is not None:
             _write_text(earlier, snapshot_text(snapshot(states, stuck_since)))
@@ -423,11 +445,59 @@ class Watcher:
 
         return analyze(folder, plugins=self.plugins, jobs=1)
 
+    def closure(self, start) -> set[int] | None:
+        """Every rank the newly blocked ones among `start` can be waiting for,
+        directly or through others (a P2P call: its peer; a collective: every
+        member of its group), or None when that is not bounded (a group
+        whose members are unknown) or is most of the job. A deadlock formed
+        by this change lies within it, and only these states decide it."""
+        todo = [r for r in start if r in self.blocked]
+        seen: set[int] = set()
+        groups: set = set()
+        limit = len(self.states) // 2
+        while todo:
+            rank = todo.pop()
+            if rank in seen:
+                continue
+            seen.add(rank)
+            if len(seen) > limit:
+                return None
+            if rank not in self.blocked:
+                continue
+            state = self.states[rank]
+            if state.get("current_op") in P2P_OPS and state.get("peers"):
+                todo.extend(p for p in state["peers"] if p not in seen)
+                continue
+            members, name = state.get("group_ranks"), state.get("group")
+            if members is None:
+                return None
+            if name not in groups:
+                groups.add(name)
+                todo.extend(p for p in members if p not in seen)
+        return seen
+
     def judge(self, stuck: bool):
+        """Judge what changed. On a large job, first the part of it a new
+        deadlock would lie in (milliseconds, not a second); the whole job
+        once no rank moved for QUIET_S, or every FULL_EVERY_S."""
+        changed, self.moved_ranks = self.moved_ranks, set()
+        if not stuck and len(self.states) > SUBSET_FROM:
+            self.full_due = True
+            part = self.closure(changed)
+            return self.judge_states(part, False) if part else None
+        return self.judge_all(stuck)
+
+    def judge_all(self, stuck: bool = False):
+        self.moved_ranks = set()
+        self.full_due = False
+        self.last_full = time.monotonic()
+        return self.judge_states(None, stuck)
+
+    def judge_states(self, part: set[int] | None, stuck: bool):
         from ..analysis import PROBLEM_VERDICTS
 
-        states = dict(self.states)
-        self.write_snapshots(self.current, states, self.changed_wall if stuck else None)
+        states = dict(self.states) if part is None else {r: self.states[r] for r in part if r in self.states}
+        self.write_snapshots(self.current, states, self.changed_wall if stuck else None, part is not None)
         report = self.analyze(self.current)
         if stuck:
             self.judged_stuck_at = time.monotonic()
@@ -438,14 +508,18 @@ class Watcher:
         if key in self.reported:
             return None
         self.reported.add(key)
-        return self.record(report, states)
+        return self.record(report, states, part is not None)
 
-    def record(self, report, states) -> Verdict:
+    def record(self, report, states, part: bool = False) -> Verdict:
         from ..report import formats
 
         detected = time.time()
         folder = self.next_folder()
         shutil.copytree(self.current, os.path.join(folder, "snapshots"))
+        if part:  # judged on a part of the job: every rank's state beside it, for the record
+            os.makedirs(os.path.join(folder, "all-ranks"))
+            _write_text(os.path.join(folder, "all-ranks", "snapshot.json"),
+                        snapshot_text(snapshot(self.states, detected)))
         entered = [states[r].get("entered_at") for r in report.culprit_ranks
                    if r in states and is_blocked(states[r])]
         last_entered = max(entered) if entered and len(entered) == len(report.culprit_ranks) \
@@ -471,7 +545,7 @@ class Watcher:
             "detected_at": detected, "last_culprit_entered_at": last_entered, "latency_ms": verdict.latency_ms,
             "judged_stuck": os.path.exists(os.path.join(folder, "snapshots", "snapshot-at-last-change.json")),
             "stuck_after_s": self.o.stuck_after, "store": self.o.store, "world_size": self.o.world_size,
-            "ranks_with_state": len(states),
+            "ranks_with_state": len(self.states), "ranks_judged": len(states),
         }
         _write_json(os.path.join(folder, "verdict.json"), verdict.summary)
         who = f"rank {compact(report.culprit_ranks)}" if report.culprit_ranks else "no rank named"
@@ -480,6 +554,8 @@ class Watcher:
             line += f"; root-cause rank {root} (least progress: {progress})"
         if verdict.latency_ms is not None:
             line += f"; {verdict.latency_ms:.0f} ms after the last culprit entered its call"
+        if part:
+            line += f"; judged on the {len(states)} rank(s) the culprits can wait for (every rank: all-ranks/)"
         self.say(f"{line}; reports in {folder}")
         if self.o.on_hang:
             hook = run_hook(self.o.on_hang, hook_environment(verdict, states, self.o.store), self.o.hook_timeout,
@@ -522,11 +598,12 @@ class Watcher:
                 time.sleep(1)
                 continue
             self.back()
-            blocked = any(is_blocked(s) for s in self.states.values())
+            blocked = bool(self.blocked)
             now = time.monotonic()
             stuck = blocked and now - self.changed_at >= self.o.stuck_after and self.judged_stuck_at is None
-            if blocked and (moved or stuck):
-                verdict = self.judge(stuck)
+            due = self.full_due and (now - self.changed_at >= QUIET_S or now - self.last_full >= FULL_EVERY_S)
+            if blocked and (moved or stuck or due):
+                verdict = self.judge_all() if due and not stuck else self.judge(stuck)
                 if verdict is not None and not self.o.keep_watching:
                     return self.verdicts
             elif not moved:
