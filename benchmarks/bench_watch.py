@@ -11,6 +11,9 @@ overhead  a loop of --iters (100,000) small all_reduces on 2 Gloo ranks under
           the job's own TCPStore), and with the agent and the watcher in rank 0
           (`--watch`); --rounds rounds, the variants interleaved in each, the
           median of the per-round ratios to plain
+overhead_ab  the same loop in one job, --iters calls per variant in
+          alternating blocks (plain, agent, agent, plain, ...), the agent's
+          wrappers switched in and out: the same processes in the same minutes
 latency   a 2-rank job that ends its warm-up in a send<->send cycle, watched at
           the default settings (threshold 50 ms, publisher tick 10 ms, watcher
           poll 10 ms), through the job's TCPStore and through Redis: from the
@@ -71,6 +74,45 @@ def main():
     if dist.get_rank() == 0:
         with open(out, "w") as handle:
             json.dump({"seconds": seconds, "steps": steps}, handle)
+    dist.destroy_process_group()
+
+
+main()
+'''
+
+LOOP_AB = '''
+import json, sys, time
+import torch
+import torch.distributed as dist
+import forensics.agent as agent
+
+
+def train_steps(grads, steps):
+    for _ in range(steps):
+        dist.all_reduce(grads)
+
+
+def main():
+    steps, blocks, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+    agent.install()  # the job's own TCPStore; its publisher runs in both halves
+    recorded, plain = dist.all_reduce, agent._installed["all_reduce"]
+    work = dist.Work
+    recorded_wait, plain_wait = work.wait, agent._installed["Work.wait"]
+    dist.init_process_group("gloo")
+    grads = torch.ones(16)
+    train_steps(grads, 1000)
+    seconds = {"agent": [], "plain": []}
+    for block in range(2 * blocks):
+        on = block % 4 in (1, 2)  # plain, agent, agent, plain, ...: a drift of the machine cancels out
+        dist.all_reduce, work.wait = (recorded, recorded_wait) if on else (plain, plain_wait)
+        dist.barrier()
+        started = time.perf_counter()
+        train_steps(grads, steps)
+        seconds["agent" if on else "plain"].append(time.perf_counter() - started)
+    dist.barrier()
+    if dist.get_rank() == 0:
+        with open(out, "w") as handle:
+            json.dump(seconds, handle)
     dist.destroy_process_group()
 
 
@@ -350,7 +392,8 @@ def overhead(args, folder) -> dict:
             finally:
                 job.end()
             if code != 0 or not os.path.exists(out):
-                raise SystemExit(f"overhead: the {name} run failed (exit {code})")
+                with open(job.log.name, errors="replace") as handle:
+                    raise SystemExit(f"overhead: the {name} run failed (exit {code}):\n{handle.read()[-3000:]}")
             with open(out) as handle:
                 seconds = json.load(handle)["seconds"]
             runs[name].append(seconds)
@@ -361,6 +404,36 @@ def overhead(args, folder) -> dict:
             "median_ratio": {name: round(statistics.median(r), 4) for name, r in ratios.items()},
             "ratios": {name: [round(x, 4) for x in r] for name, r in ratios.items()},
             "us_per_call_plain_median": round(statistics.median(runs["plain"]) / args.iters * 1e6, 1)}
+
+
+def overhead_ab(args, folder) -> dict:
+    """Both variants in one job, in alternating blocks: the same processes,
+    the same minutes of the shared machine."""
+    script = os.path.join(folder, "allreduce_ab.py")
+    with open(script, "w") as handle:
+        handle.write(LOOP_AB)
+    blocks = args.ab_blocks
+    steps = args.iters // blocks
+    out = os.path.join(folder, "ab.json")
+    job = Job(folder, script, [str(steps), str(blocks), out])
+    try:
+        code = job.proc.wait(args.iters * 2 * 0.02 + 600)
+    finally:
+        job.end()
+    if code != 0 or not os.path.exists(out):
+        with open(job.log.name, errors="replace") as handle:
+            raise SystemExit(f"overhead_ab: the job failed (exit {code}):\n{handle.read()[-3000:]}")
+    with open(out) as handle:
+        seconds = json.load(handle)
+    pairs = [a / p for a, p in zip(seconds["agent"], seconds["plain"])]
+    result = {"calls_per_variant": steps * blocks, "blocks_per_variant": blocks, "steps_per_block": steps,
+              "plain_s": round(sum(seconds["plain"]), 2), "agent_s": round(sum(seconds["agent"]), 2),
+              "ratio_of_totals": round(sum(seconds["agent"]) / sum(seconds["plain"]), 4),
+              "median_block_ratio": round(statistics.median(pairs), 4),
+              "block_ratio_quartiles": [round(q, 3) for q in statistics.quantiles(pairs, n=4)]
+              if len(pairs) >= 2 else None}
+    print(f"  overhead in one job {result}", flush=True)
+    return result
 
 
 def latency(args, folder, redis) -> dict:
@@ -515,6 +588,13 @@ def markdown(result: dict) -> str:
             lines.append(f"| {name} | {', '.join(f'{s:.2f}' for s in o['seconds'][name])} | {ratio:.4f} "
                          f"(rounds: {', '.join(f'{r:.3f}' for r in o['ratios'][name])}) |")
         lines.append("")
+    if "overhead_ab" in result:
+        o = result["overhead_ab"]
+        lines += [f"**Agent overhead in one job** ({o['calls_per_variant']:,} all_reduces per variant in "
+                  f"{o['blocks_per_variant']} blocks each, alternating plain/agent/agent/plain in the same two "
+                  f"ranks; the publisher runs throughout): plain {o['plain_s']} s, agent {o['agent_s']} s, ratio "
+                  f"of the totals {o['ratio_of_totals']:.4f}, median of the paired block ratios "
+                  f"{o['median_block_ratio']:.4f} (quartiles {o['block_ratio_quartiles']}).", ""]
     if "latency" in result:
         lines += ["**Detection latency** (last rank of a send<->send cycle entered its call → verdict; default "
                   "settings):", "", "| coordinator | runs (ms) | median | max |", "|---|---|---|---|"]
@@ -541,7 +621,8 @@ def markdown(result: dict) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sections", default="hotpath,overhead,latency,scale")
+    parser.add_argument("--sections", default="hotpath,overhead,overhead_ab,latency,scale")
+    parser.add_argument("--ab-blocks", type=int, default=100, help="overhead_ab: blocks per variant")
     parser.add_argument("--iters", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--no-watch-variant", action="store_true", help="overhead: leave out agent+watch")
@@ -568,6 +649,8 @@ def main() -> int:
             print(f"  hotpath {result['hotpath']}", flush=True)
         if "overhead" in sections:
             result["overhead"] = overhead(args, folder)
+        if "overhead_ab" in sections:
+            result["overhead_ab"] = overhead_ab(args, folder)
         if "latency" in sections:
             result["latency"] = latency(args, folder, redis)
         if "scale" in sections:

@@ -537,9 +537,17 @@ def _exit_state() -> dict:
 
 
 def _on_exit():
+    """Stop the agent's threads before the interpreter goes: a daemon thread
+    still inside a TCPStore call when Python finalizes is unwound through
+    C++ and aborts the process (SIGABRT, "terminate called without an
+    active exception")."""
+    watcher, stop = _state["watcher"], _state.get("stop")
+    if watcher is not None and stop is not None:
+        stop.set()
+        watcher.join(5)
     publisher = _state["publisher"]
     if publisher is not None and publisher.is_alive():
-        publisher.finish(_exit_state())
+        publisher.finish(_exit_state(), wait=5)
 
 
 def _excepthook(previous):
@@ -615,6 +623,8 @@ def _start_watcher(url: str, options: dict):
                 "stuck_after": float(os.environ.get("FORENSICS_STUCK_AFTER", "60") or 60),
                 "keep_watching": True, "echo": say, **options}
     world = settings.pop("world_size", None) or int(os.environ.get("WORLD_SIZE", "1") or 1)
+    settings.setdefault("stop", threading.Event())
+    _state["stop"] = settings["stop"]
 
     def run():
         try:
