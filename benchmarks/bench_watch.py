@@ -13,7 +13,10 @@ overhead  a loop of --iters (100,000) small all_reduces on 2 Gloo ranks under
           median of the per-round ratios to plain
 overhead_ab  the same loop in one job, --iters calls per variant in
           alternating blocks (plain, agent, agent, plain, ...), the agent's
-          wrappers switched in and out: the same processes in the same minutes
+          wrappers switched in and out: the same processes in the same minutes;
+          each call also timed alone (median, p10, p90)
+overhead_null  that harness with both halves plain: the difference it reads
+          when there is none
 latency   a 2-rank job that ends its warm-up in a send<->send cycle, watched at
           the default settings (threshold 50 ms, publisher tick 10 ms, watcher
           poll 10 ms), through the job's TCPStore and through Redis: from the
@@ -81,15 +84,18 @@ main()
 '''
 
 LOOP_AB = '''
-import json, sys, time
+import json, statistics, sys, time
+from array import array
 import torch
 import torch.distributed as dist
 import forensics.agent as agent
 
 
-def train_steps(grads, steps):
-    for _ in range(steps):
+def train_steps(grads, steps, took, clock=time.perf_counter_ns):
+    for i in range(steps):
+        started = clock()
         dist.all_reduce(grads)
+        took[i] = clock() - started
 
 
 def main():
@@ -98,19 +104,30 @@ def main():
     recorded, plain = dist.all_reduce, agent._installed["all_reduce"]
     work = dist.Work
     recorded_wait, plain_wait = work.wait, agent._installed["Work.wait"]
+    if sys.argv[4:] == ["null"]:  # the harness against itself: both halves plain
+        recorded, recorded_wait = plain, plain_wait
     dist.init_process_group("gloo")
     grads = torch.ones(16)
-    train_steps(grads, 1000)
+    took = array("q", bytes(8 * steps))
+    train_steps(grads, 1000, took)
     seconds = {"agent": [], "plain": []}
+    calls = {"agent": [], "plain": []}
     for block in range(2 * blocks):
         on = block % 4 in (1, 2)  # plain, agent, agent, plain, ...: a drift of the machine cancels out
         dist.all_reduce, work.wait = (recorded, recorded_wait) if on else (plain, plain_wait)
         dist.barrier()
         started = time.perf_counter()
-        train_steps(grads, steps)
+        train_steps(grads, steps, took)
         seconds["agent" if on else "plain"].append(time.perf_counter() - started)
+        calls["agent" if on else "plain"].extend(took)
     dist.barrier()
     if dist.get_rank() == 0:
+        publisher = agent._state["publisher"]
+        seconds["publications"] = publisher.store.changes() if publisher.store is not None else None
+        for name, values in calls.items():
+            cut = statistics.quantiles(values, n=10)
+            seconds[name + "_call_us"] = {"median": statistics.median(values) / 1000, "p10": cut[0] / 1000,
+                                          "p90": cut[-1] / 1000}
         with open(out, "w") as handle:
             json.dump(seconds, handle)
     dist.destroy_process_group()
@@ -406,16 +423,17 @@ def overhead(args, folder) -> dict:
             "us_per_call_plain_median": round(statistics.median(runs["plain"]) / args.iters * 1e6, 1)}
 
 
-def overhead_ab(args, folder) -> dict:
+def overhead_ab(args, folder, null: bool = False) -> dict:
     """Both variants in one job, in alternating blocks: the same processes,
-    the same minutes of the shared machine."""
+    the same minutes of the shared machine. `null`: both halves plain, what
+    the harness reads as a difference when there is none."""
     script = os.path.join(folder, "allreduce_ab.py")
     with open(script, "w") as handle:
         handle.write(LOOP_AB)
     blocks = args.ab_blocks
     steps = args.iters // blocks
     out = os.path.join(folder, "ab.json")
-    job = Job(folder, script, [str(steps), str(blocks), out])
+    job = Job(folder, script, [str(steps), str(blocks), out, *(["null"] if null else [])])
     try:
         code = job.proc.wait(args.iters * 2 * 0.02 + 600)
     finally:
@@ -430,9 +448,12 @@ def overhead_ab(args, folder) -> dict:
               "plain_s": round(sum(seconds["plain"]), 2), "agent_s": round(sum(seconds["agent"]), 2),
               "ratio_of_totals": round(sum(seconds["agent"]) / sum(seconds["plain"]), 4),
               "median_block_ratio": round(statistics.median(pairs), 4),
+              "publications": seconds.get("publications"),
+              "call_us": {"plain": seconds["plain_call_us"], "agent": seconds["agent_call_us"]},
+              "median_call_ratio": round(seconds["agent_call_us"]["median"] / seconds["plain_call_us"]["median"], 4),
               "block_ratio_quartiles": [round(q, 3) for q in statistics.quantiles(pairs, n=4)]
               if len(pairs) >= 2 else None}
-    print(f"  overhead in one job {result}", flush=True)
+    print(f"  overhead in one job{' (null: plain against plain)' if null else ''} {result}", flush=True)
     return result
 
 
@@ -594,7 +615,19 @@ def markdown(result: dict) -> str:
                   f"{o['blocks_per_variant']} blocks each, alternating plain/agent/agent/plain in the same two "
                   f"ranks; the publisher runs throughout): plain {o['plain_s']} s, agent {o['agent_s']} s, ratio "
                   f"of the totals {o['ratio_of_totals']:.4f}, median of the paired block ratios "
-                  f"{o['median_block_ratio']:.4f} (quartiles {o['block_ratio_quartiles']}).", ""]
+                  f"{o['median_block_ratio']:.4f} (quartiles {o['block_ratio_quartiles']}); the agents published "
+                  f"{o['publications']} changed states (calls past 50 ms, and their ends) in the whole job. "
+                  f"Per call (each all_reduce timed alone): median {o['call_us']['plain']['median']:.1f} us plain, "
+                  f"{o['call_us']['agent']['median']:.1f} us with the agent (ratio {o['median_call_ratio']:.4f}); "
+                  f"p10 {o['call_us']['plain']['p10']:.1f} / {o['call_us']['agent']['p10']:.1f} us, p90 "
+                  f"{o['call_us']['plain']['p90']:.1f} / {o['call_us']['agent']['p90']:.1f} us.", ""]
+    if "overhead_null" in result:
+        o = result["overhead_null"]
+        lines += [f"**The same harness, plain against plain** (what it reads as a difference when there is none): "
+                  f"ratio of the totals {o['ratio_of_totals']:.4f}, median of the paired block ratios "
+                  f"{o['median_block_ratio']:.4f} (quartiles {o['block_ratio_quartiles']}), per-call median ratio "
+                  f"{o['median_call_ratio']:.4f} ({o['call_us']['plain']['median']:.1f} / "
+                  f"{o['call_us']['agent']['median']:.1f} us).", ""]
     if "latency" in result:
         lines += ["**Detection latency** (last rank of a send<->send cycle entered its call → verdict; default "
                   "settings):", "", "| coordinator | runs (ms) | median | max |", "|---|---|---|---|"]
@@ -621,7 +654,7 @@ def markdown(result: dict) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sections", default="hotpath,overhead,overhead_ab,latency,scale")
+    parser.add_argument("--sections", default="hotpath,overhead,overhead_ab,overhead_null,latency,scale")
     parser.add_argument("--ab-blocks", type=int, default=100, help="overhead_ab: blocks per variant")
     parser.add_argument("--iters", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=3)
@@ -651,6 +684,8 @@ def main() -> int:
             result["overhead"] = overhead(args, folder)
         if "overhead_ab" in sections:
             result["overhead_ab"] = overhead_ab(args, folder)
+        if "overhead_null" in sections:
+            result["overhead_null"] = overhead_ab(args, folder, null=True)
         if "latency" in sections:
             result["latency"] = latency(args, folder, redis)
         if "scale" in sections:

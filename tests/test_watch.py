@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -325,6 +326,81 @@ def test_garbage_another_job_and_a_restarted_redis_raise_no_alarm_and_no_crash(t
     assert any("rank 1 published something that is not a state (no current_op)" in line for line in said), said
     found = live.watch(live.WatchOptions(b, 2, str(tmp_path / "b"), timeout=20))
     assert [v.report.culprit_ranks for v in found] == [[0, 1]]  # job-b's own cycle, under its own prefix
+
+
+class StoreHost:
+    """A TCPStore served by a process of its own (as torchrun's agent serves
+    the job's), on a port that survives `restart()`; ended by pid."""
+
+    def __init__(self):
+        self.port = _port()
+        self.proc = self.start()
+
+    def start(self):
+        proc = subprocess.Popen([sys.executable, "-W", "ignore", "-c",
+                                 "import time; from torch.distributed import TCPStore; "
+                                 f"s = TCPStore('127.0.0.1', {self.port}, is_master=True, wait_for_workers=False); "
+                                 "time.sleep(600)"], stderr=subprocess.DEVNULL)
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return proc
+            except OSError:
+                time.sleep(0.1)
+        raise AssertionError("the TCPStore host did not start")
+
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait()
+
+    def restart(self, down_for):
+        self.stop()
+        time.sleep(down_for)
+        self.proc = self.start()
+
+
+@needs_torch
+def test_a_tcpstore_that_goes_away_and_comes_back_is_said_and_raises_no_alarm(tmp_path):
+    """The job's store goes away (its launcher restarted) with a rank blocked
+    in it, and comes back empty: the watcher says so, keeps what it knew
+    while the store was away, judges nothing stale, and finds the cycle
+    published after it came back."""
+    host = StoreHost()
+    url = f"tcpstore://127.0.0.1:{host.port}"
+    try:
+        _publish(url, 0, json.dumps({"current_op": "all_reduce", "group": "0", "op_seq": 3, "group_ranks": [0, 1]}))
+        said = []
+        restarter = threading.Timer(4, host.restart, kwargs={"down_for": 3})
+        restarter.start()
+        assert live.watch(live.WatchOptions(url, 2, str(tmp_path / "a"), stuck_after=3600, timeout=15,
+                                            echo=said.append)) == []
+        restarter.join()
+        assert any("does not answer" in line for line in said) and any("answers again" in line for line in said)
+        assert any("came back without the state of rank 0" in line for line in said), said
+        for rank in (0, 1):
+            _publish(url, rank, json.dumps({"current_op": "send", "peers": [1 - rank], "group": "0"}))
+        found = live.watch(live.WatchOptions(url, 2, str(tmp_path / "b"), timeout=30))
+        assert [v.report.culprit_ranks for v in found] == [[0, 1]]
+    finally:
+        host.stop()
+
+
+def test_a_rank_that_exited_or_called_another_collective_is_reported_at_once(tmp_path, redis_server):
+    """What the agent publishes when a rank's script raised (exited, alive:
+    false), and a rank in another collective at the same position: both are
+    decided from the states alone, with no --stuck-after."""
+    url = f"redis://127.0.0.1:{redis_server['port']}/job-c"
+    waiting = {"current_op": "all_reduce", "group": "0", "op_seq": 4, "group_ranks": [0, 1, 2], "done": 3}
+    for rank, state in ((0, waiting), (2, waiting),
+                        (1, {"current_op": "exited", "alive": False, "exit": "ValueError: shape mismatch"})):
+        _publish(url, rank, json.dumps(state))
+    found = live.watch(live.WatchOptions(url, 3, str(tmp_path / "dead"), stuck_after=3600, timeout=30))
+    assert [(v.report.verdict, v.report.culprit_ranks, v.root_rank) for v in found] == [("dead_rank", [1], 1)]
+    assert found[0].summary["root_cause_progress"] == "it exited (ValueError: shape mismatch)"
+    _publish(url, 1, json.dumps({**waiting, "current_op": "broadcast"}))
+    found = live.watch(live.WatchOptions(url, 3, str(tmp_path / "mismatch"), stuck_after=3600, timeout=30))
+    assert [(v.report.verdict, v.report.culprit_ranks) for v in found] == [("collective_mismatch", [1])]
 
 
 @pytest.mark.parametrize("kind", BACKENDS)
