@@ -152,16 +152,34 @@ def build_parser(plugin_set=None) -> argparse.ArgumentParser:
     coll.add_argument("--output", "-o", metavar="FILE", help="with --analyze: write the report here")
     coll.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
 
-    wat = sub.add_parser("watch", help="serve the coordinator the in-job agents report to (forensics.agent) "
-                                       "and report a hang as soon as the waits prove one")
-    wat.add_argument("--store", required=True, metavar="URL", help="tcpstore://HOST:PORT to serve")
+    wat = sub.add_parser("watch", help="read what the in-job agents publish (forensics.agent) and report a "
+                                       "hang as soon as the waits prove one")
+    wat.add_argument("--store", required=True, metavar="URL",
+                     help="tcpstore://HOST:PORT (the job's own store: torchrun's MASTER_ADDR:MASTER_PORT) or "
+                          "redis://HOST:PORT/PREFIX (one prefix per job)")
+    wat.add_argument("--serve", action="store_true",
+                     help="host the TCPStore at URL instead of joining the job's (the agents then need "
+                          "FORENSICS_STORE=URL)")
     wat.add_argument("--world-size", type=int, required=True, metavar="N")
-    wat.add_argument("--out", default="forensics-watch", metavar="DIR", help="where the snapshot goes")
+    wat.add_argument("--out", default="forensics-watch", metavar="DIR",
+                     help="where each verdict's snapshots, report.json, report.html and verdict.json go "
+                          "(DIR/hang-N/); default forensics-watch")
     wat.add_argument("--stuck-after", type=_seconds, default=60.0, metavar="SECONDS",
-                     help="judge ranks stuck after this long without any change (default 60)")
+                     help="a rank others wait for that is elsewhere or silent is reported once nothing changed "
+                          "for this long (default 60); a cycle needs no wait")
+    wat.add_argument("--on-hang", default="", metavar="CMD",
+                     help="shell command run on each verdict, with FORENSICS_VERDICT, FORENSICS_CULPRITS, "
+                          "FORENSICS_ROOT_RANK/HOST/PID, FORENSICS_CULPRIT_PROCESSES and the report paths in "
+                          "its environment")
+    wat.add_argument("--hook-timeout", type=_seconds, default=600.0, metavar="SECONDS",
+                     help="end --on-hang's command after this long (default 600)")
+    wat.add_argument("--keep-watching", action="store_true",
+                     help="after a verdict go on watching (each new verdict is reported once); exit 1 at the "
+                          "end if there was one")
     wat.add_argument("--timeout", type=_seconds, default=0.0, metavar="SECONDS",
                      help="stop watching after this long (default: never)")
-    wat.add_argument("--format", "-f", default="text", metavar="FORMAT")
+    wat.add_argument("--format", "-f", default="text", metavar="FORMAT", help="how each verdict is printed")
+    wat.add_argument("--lang", choices=("en", "zh"), default="en")
     wat.add_argument("--quiet", "-q", action="store_true")
 
     replay = sub.add_parser("replay", help="re-diagnose a corpus of past incidents and compare "
@@ -206,8 +224,14 @@ def build_parser(plugin_set=None) -> argparse.ArgumentParser:
 
 
 def _seconds(text: str) -> float:
+    """SECONDS, or with a unit: 60s, 500ms, 2m."""
+    scale = 1.0
+    for unit, factor in (("ms", 0.001), ("s", 1.0), ("m", 60.0)):
+        if text.endswith(unit) and text[:-len(unit)].strip():
+            text, scale = text[:-len(unit)], factor
+            break
     try:
-        value = float(text)
+        value = float(text) * scale
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
     if not value >= 0 or value == float("inf"):
@@ -348,17 +372,30 @@ def _collect(args, parser, plugin_set) -> int:
 def _watch(args, parser, plugin_set) -> int:
     from .live.watch import WatchOptions, watch
 
-    echo = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
+    echo = None if args.quiet else (lambda line: print(f"forensics watch: {line}", file=sys.stderr, flush=True))
+    codes = []
+
+    def show(verdict):  # the report of what was judged, as `forensics analyze DIR/hang-N/snapshots` prints it
+        codes.append(_analyze_after(parser, plugin_set, os.path.join(verdict.folder, "snapshots"), args, False,
+                                    jobs=1))
+
+    if args.format not in _FormatChoices(plugin_set):
+        print(f"forensics watch: --format {args.format}: not a format (one of: "
+              f"{', '.join(_FormatChoices(plugin_set))})", file=sys.stderr)
+        return EXIT_INPUT
+    options = WatchOptions(args.store, args.world_size, args.out, args.stuck_after, timeout=args.timeout,
+                           echo=echo, serve=args.serve, on_hang=args.on_hang, hook_timeout=args.hook_timeout,
+                           keep_watching=args.keep_watching, plugins=plugin_set(), on_verdict=show)
     try:
-        report = watch(WatchOptions(args.store, args.world_size, args.out, args.stuck_after,
-                                    timeout=args.timeout, echo=echo))
+        verdicts = watch(options)
     except ValueError as exc:
         print(f"forensics watch: {exc}", file=sys.stderr)
         return EXIT_INPUT
-    if report is None:
-        return 0
-    hung = any(s.kind == "cli_hung" for s in report.incident.stuck)
-    return _analyze_after(parser, plugin_set, os.path.join(args.out, "snapshot.json"), args, hung, jobs=1)
+    except KeyboardInterrupt:
+        verdicts = None
+    if not codes:
+        return 130 if verdicts is None else 0
+    return max(codes)
 
 
 def slurm_command(args, out: str) -> list[str]:

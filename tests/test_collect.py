@@ -47,23 +47,25 @@ def _port() -> int:
 class Job:
     """A torchrun job of train.py in its own session; ended by pid at the end."""
 
-    def __init__(self, tmp, scenario, nproc, *extra, store=None, env_extra=None):
+    def __init__(self, tmp, scenario, nproc, *extra, store=None, agent=(), env=None, script=TRAIN, port=None):
         self.dir = tmp / "job"
         self.dir.mkdir()
-        shutil.copy(TRAIN, self.dir / "train.py")
-        self.port = _port()
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCH", "RANK", "MASTER"))}
-        env.update(JOB_OUTDIR=str(self.dir / "out"), TORCH_FR_BUFFER_SIZE="2000", FR_IDLE_DUMP_S="3600",
-                   OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
-        env.update(env_extra or {})
+        name = os.path.basename(script)
+        shutil.copy(script, self.dir / name)
+        self.port = port or _port()
+        environ = {k: v for k, v in os.environ.items() if not k.startswith(("TORCH", "RANK", "MASTER", "FORENSICS_"))}
+        environ.update(JOB_OUTDIR=str(self.dir / "out"), TORCH_FR_BUFFER_SIZE="2000", FR_IDLE_DUMP_S="3600",
+                       OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1", **(env or {}))
         if store:  # the in-job agent, with no change to the script: torchrun -m forensics.agent train.py
-            env["FORENSICS_STORE"] = store
+            environ["FORENSICS_STORE"] = store
+        # `agent`: the agent's own arguments ([] for none), when it publishes to the job's own store
+        use_agent = bool(store) or agent != ()
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(nproc),
                "--master-addr", "127.0.0.1", "--master-port", str(self.port), "--log-dir", str(self.dir / "logs"),
-               "--redirects", "3", *(["-m", "forensics.agent"] if store else []), str(self.dir / "train.py"),
-               "--scenario", scenario, *extra]
+               "--redirects", "3", *(["-m", "forensics.agent", *agent] if use_agent else []), str(self.dir / name),
+               *(["--scenario", scenario] if scenario else []), *extra]
         self.console = open(self.dir / "console.log", "wb")
-        self.proc = subprocess.Popen(cmd, cwd=self.dir, env=env, stdout=self.console, stderr=subprocess.STDOUT,
+        self.proc = subprocess.Popen(cmd, cwd=self.dir, env=environ, stdout=self.console, stderr=subprocess.STDOUT,
                                      start_new_session=True)
         self.nproc = nproc
 
@@ -115,8 +117,8 @@ class Job:
 def job_factory(tmp_path):
     jobs = []
 
-    def start(scenario, nproc, *extra, store=None, env_extra=None):
-        job = Job(tmp_path, scenario, nproc, *extra, store=store, env_extra=env_extra)
+    def start(scenario, nproc, *extra, **options):
+        job = Job(tmp_path, scenario, nproc, *extra, **options)
         jobs.append(job)
         return job
     yield start
@@ -163,7 +165,7 @@ def _fr_pipe_env(tmp_path) -> dict:
 
 
 def test_a_missing_rank_is_stuck_by_snapshots_without_hung(job_factory, tmp_path):
-    job = job_factory("missing_rank_dataloader", 4, env_extra=_fr_pipe_env(tmp_path))
+    job = job_factory("missing_rank_dataloader", 4, env=_fr_pipe_env(tmp_path))
     ranks = job.wait_for("warm-up done")
     time.sleep(3)
     proc, seconds = _collect(tmp_path / "one", "--job", str(job.port), "--analyze", "-f", "json")
@@ -186,7 +188,7 @@ def test_a_missing_rank_is_stuck_by_snapshots_without_hung(job_factory, tmp_path
 @needs_job
 def test_a_progressing_job_is_healthy_by_snapshots(job_factory, tmp_path):
     job = job_factory("sigkill_one_rank", 2, "--extra-steps", "100000", "--step-time", "0.2", "--stall-rank", "9",
-                      env_extra=_fr_pipe_env(tmp_path))
+                      env=_fr_pipe_env(tmp_path))
     ranks = job.wait_for("warm-up done")
     proc, _ = _collect(tmp_path / "out", "--job", str(job.port), "--snapshots", "3", "--interval", "2",
                        "--analyze", "-f", "json")

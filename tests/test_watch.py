@@ -1,70 +1,51 @@
 """`forensics watch` with the in-job agent (forensics.agent, started as
-`torchrun -m forensics.agent train.py`) on real Gloo jobs on 127.0.0.1,
-coordinated through a TCPStore the watcher serves: a P2P cycle is reported
-as soon as both ranks' waits are published, a missing rank once nothing
-changed for --stuck-after, and a healthy job raises no alarm."""
+`torchrun -m forensics.agent train.py`) on real Gloo jobs on 127.0.0.1, for
+both coordinators: the job's own TCPStore (torchrun's) and a redis-server
+the test starts. A P2P cycle and a cycle across process groups are reported
+as soon as the waits are published, a missing rank once nothing changed for
+--stuck-after, and a healthy job with a straggler raises no alarm. The agent
+records every kind of call it wraps (async work waited on included)
+without changing what the calls do. Bad situations: a store that is not up
+yet, goes away and comes back, garbage in a rank's key, a second job on the
+same Redis: a clear message, no crash, no false alarm."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
-from test_collect import _port, job_factory, needs_job  # noqa: F401 - job_factory is a fixture
+from test_collect import _port, job_factory  # noqa: F401 - job_factory is a fixture
 
+from forensics.live import watch as live
+from forensics.live.stores import BUCKETS, parse_store
 
-def _watch(tmp_path, port, world, *extra):
-    return subprocess.Popen([sys.executable, "-m", "forensics", "watch", "--store", f"tcpstore://127.0.0.1:{port}",
-                             "--world-size", str(world), "--out", str(tmp_path / "watch"), "-f", "json", *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+ROOT = Path(__file__).resolve().parent.parent
+JOBS = ROOT / "tests" / "jobs"
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
-
-@needs_job
-def test_a_p2p_cycle_is_reported_as_soon_as_the_waits_are_published(job_factory, tmp_path):
-    port = _port()
-    watcher = _watch(tmp_path, port, 2, "--timeout", "120")
-    time.sleep(2)  # the watcher serves the store before the ranks connect
-    job = job_factory("p2p_cycle_2", 2, store=f"tcpstore://127.0.0.1:{port}")
-    out, err = watcher.communicate(timeout=150)
-    assert watcher.returncode == 1, err
-    report = json.loads(out)
-    assert report["verdict"] == "deadlock" and report["culprit_ranks"] == [0, 1], report
-    entered = max(p.stat().st_mtime for p in (job.dir / "logs").rglob("stdout.log"))
-    assert (tmp_path / "watch" / "snapshot.json").stat().st_mtime - entered < 5
-
-
-@needs_job
-def test_a_missing_rank_is_reported_after_stuck_after(job_factory, tmp_path):
-    port = _port()
-    watcher = _watch(tmp_path, port, 4, "--stuck-after", "5", "--timeout", "150")
-    time.sleep(2)
-    job_factory("missing_rank_dataloader", 4, store=f"tcpstore://127.0.0.1:{port}")
-    out, err = watcher.communicate(timeout=180)
-    report = json.loads(out)
-    assert report["verdict"] == "missing_rank" and report["culprit_ranks"] == [2], (report["verdict"], err)
-
-
-@needs_job
-def test_a_healthy_job_raises_no_alarm(job_factory, tmp_path):
-    port = _port()
-    watcher = _watch(tmp_path, port, 2, "--stuck-after", "5", "--timeout", "40")
-    time.sleep(2)
-    job_factory("sigkill_one_rank", 2, "--extra-steps", "100000", "--step-time", "0.05", "--stall-rank", "9",
-                store=f"tcpstore://127.0.0.1:{port}")
-    out, err = watcher.communicate(timeout=90)
-    assert watcher.returncode == 0 and out == "", (out, err)
-
+try:
+    import torch  # noqa: F401
+    HAVE_TORCH = True
+except ImportError:
+    HAVE_TORCH = False
+needs_torch = pytest.mark.skipif(not HAVE_TORCH, reason="needs torch (pip install torch==2.13.0): .ci/run installs it")
+BACKENDS = ("tcpstore", "redis")
 
 
 @pytest.fixture
 def redis_server(tmp_path):
-    """A real redis-server (Debian's package) on a free port, ended by pid."""
+    """A real redis-server (Debian's package) on a free port, ended by pid;
+    `restart()` stops it and starts it again on the same port, empty."""
     binary = shutil.which("redis-server")
     if binary is None:
         pytest.skip("redis-server is not installed (apt-get install redis-server; .ci/run does)")
@@ -73,10 +54,12 @@ def redis_server(tmp_path):
     except ImportError:
         pytest.skip("the redis client is not installed (pip install 'forensics[redis]'; .ci/run does)")
     port = _port()
+    folder = tmp_path / "redis"
+    folder.mkdir()
 
     def start():
         proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                                 "--appendonly", "no", "--dir", str(tmp_path)],
+                                 "--appendonly", "no", "--dir", str(folder)],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         client = redis.Redis(port=port)
         deadline = time.time() + 20
@@ -88,58 +71,431 @@ def redis_server(tmp_path):
                 time.sleep(0.1)
         raise AssertionError("redis-server did not start")
 
-    server = {"port": port, "proc": start(), "start": start}
+    def stop():
+        server["proc"].send_signal(signal.SIGTERM)
+        server["proc"].wait(20)
+
+    def restart(down_for=0.0):
+        stop()
+        time.sleep(down_for)
+        server["proc"] = start()
+
+    server = {"port": port, "proc": start(), "restart": restart, "stop": stop, "client": redis.Redis(port=port)}
     yield server
-    server["proc"].send_signal(signal.SIGTERM)
-    server["proc"].wait(20)
+    if server["proc"].poll() is None:
+        stop()
 
 
-@needs_job
-def test_a_p2p_cycle_through_redis(job_factory, tmp_path, redis_server):
-    url = f"redis://127.0.0.1:{redis_server['port']}/job-a"
-    watcher = subprocess.Popen([sys.executable, "-m", "forensics", "watch", "--store", url, "--world-size", "2",
-                                "--out", str(tmp_path / "watch"), "-f", "json", "--timeout", "120"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    job_factory("p2p_cycle_2", 2, store=url)
-    out, err = watcher.communicate(timeout=150)
+class Watcher:
+    """`forensics watch` in a subprocess, as a user runs it."""
+
+    def __init__(self, tmp_path, url, world, *extra):
+        self.out = tmp_path / "watch"
+        self.proc = subprocess.Popen([sys.executable, "-m", "forensics", "watch", "--store", url, "--world-size",
+                                      str(world), "--out", str(self.out), "-f", "json", *extra],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def finish(self, timeout):
+        try:
+            out, err = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            out, err = self.proc.communicate()
+            raise AssertionError(f"the watcher did not finish in {timeout} s: {err[-3000:]}") from None
+        return self.proc.returncode, out, err
+
+    def verdict(self, n=1):
+        return json.loads((self.out / f"hang-{n}" / "verdict.json").read_text())
+
+
+def _start(backend, job_factory, tmp_path, scenario, nproc, *extra, watch_args=(), first=False):
+    """The job with the agent and a watcher on `backend`: the job's own
+    TCPStore, or Redis under a prefix of this job's. With `first` the
+    watcher starts before the job's store exists."""
+    kind, redis_server = backend
+    if kind == "redis":
+        url = f"redis://127.0.0.1:{redis_server['port']}/job-{_port()}"
+        watcher = Watcher(tmp_path, url, nproc, *watch_args)
+        return job_factory(scenario, nproc, *extra, store=url), watcher
+    port = _port()
+    if first:
+        watcher = Watcher(tmp_path, f"tcpstore://127.0.0.1:{port}", nproc, *watch_args)
+        time.sleep(4)  # past its first attempt (2 s)
+        return job_factory(scenario, nproc, *extra, agent=[], port=port), watcher
+    job = job_factory(scenario, nproc, *extra, agent=[], port=port)
+    return job, Watcher(tmp_path, f"tcpstore://127.0.0.1:{port}", nproc, *watch_args)
+
+
+def _worker_pids(job, nproc, timeout=60):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        ranks = job.ranks()
+        if len(ranks) == nproc:
+            return ranks
+        time.sleep(0.5)
+    raise AssertionError(f"the job's {nproc} ranks did not show up")
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request):
+    """(kind, the redis_server fixture or None)."""
+    return request.param, request.getfixturevalue("redis_server") if request.param == "redis" else None
+
+
+@needs_torch
+def test_a_p2p_cycle_is_reported_at_once_with_its_root_cause_and_the_hook(backend, job_factory, tmp_path):
+    hook_env = tmp_path / "hook.env"
+    job, watcher = _start(backend, job_factory, tmp_path, "p2p_cycle_2", 2,
+                          watch_args=("--on-hang", f"env | grep ^FORENSICS_ | sort > {hook_env}"))
+    code, out, err = watcher.finish(150)
+    assert code == 1, err
     report = json.loads(out)
-    assert report["verdict"] == "deadlock" and report["culprit_ranks"] == [0, 1], err
+    assert report["verdict"] == "deadlock" and report["culprit_ranks"] == [0, 1], report["verdict"]
+    verdict = watcher.verdict()
+    assert verdict["judged_stuck"] is False  # a cycle needs no waiting for --stuck-after
+    assert verdict["root_cause_rank"] in (0, 1) and f"root-cause rank {verdict['root_cause_rank']}" in err
+    assert 0 < verdict["latency_ms"] < 30_000, verdict  # long before any timeout (PyTorch's: 600 s here)
+    assert {(p["rank"], p["pid"]) for p in verdict["culprit_processes"]} == set(_worker_pids(job, 2).items())
+    for name in ("report.json", "report.html", "snapshots/snapshot.json"):
+        assert (watcher.out / "hang-1" / name).stat().st_size > 0, name
+    env = dict(line.split("=", 1) for line in hook_env.read_text().splitlines())
+    assert env["FORENSICS_VERDICT"] == "deadlock" and env["FORENSICS_CULPRITS"] == "0,1"
+    assert env["FORENSICS_ROOT_RANK"] == str(verdict["root_cause_rank"])
+    assert env["FORENSICS_ROOT_PID"] == str(_worker_pids(job, 2)[verdict["root_cause_rank"]])
+    assert json.loads(Path(env["FORENSICS_REPORT_JSON"]).read_text())["verdict"] == "deadlock"
+
+
+@needs_torch
+def test_a_cycle_across_process_groups_is_reported_at_once(backend, job_factory, tmp_path):
+    """pp_dp_cross_group: 0 sends to 2 (pp_replica0), 2 all_reduces dp_stage1
+    waiting for 3, 3 receives from 1 (pp_replica1), 1 all_reduces dp_stage0
+    waiting for 0: no two ranks of the cycle share the group they wait in."""
+    job, watcher = _start(backend, job_factory, tmp_path, "pp_dp_cross_group", 4)
+    code, out, err = watcher.finish(200)
+    report = json.loads(out)
+    assert code == 1 and report["verdict"] == "deadlock", (report["verdict"], err[-2000:])
+    assert report["culprit_ranks"] == [0, 1, 2, 3] and report["cycles"] == [[0, 2, 3, 1, 0]], report["cycles"]
+    assert watcher.verdict()["judged_stuck"] is False
+    groups = {g for r in report["ranks"].values() for g in [r["group"]]}
+    assert len(groups) == 4, groups  # the four groups the cycle runs through, each named by its own id
+
+
+@needs_torch
+def test_a_missing_rank_is_reported_after_stuck_after(backend, job_factory, tmp_path):
+    job, watcher = _start(backend, job_factory, tmp_path, "missing_rank_dataloader", 4,
+                          watch_args=("--stuck-after", "5s"), first=backend[0] == "tcpstore")
+    code, out, err = watcher.finish(200)
+    report = json.loads(out)
+    assert report["verdict"] == "missing_rank" and report["culprit_ranks"] == [2], (report["verdict"], err[-2000:])
+    verdict = watcher.verdict()
+    assert verdict["judged_stuck"] is True and verdict["root_cause_rank"] == 2
+    assert any(s["kind"] == "no_progress_between_snapshots" for s in report["decided_by"]), report["decided_by"]
+    if backend[0] == "tcpstore":  # the watcher started before torchrun's store: it said it waits, then found it
+        assert "waiting for tcpstore://" in err and "answers" in err, err[-2000:]
+
+
+@needs_torch
+def test_a_healthy_job_with_a_straggler_raises_no_alarm(backend, job_factory, tmp_path):
+    """Rank 1 is slower every step, so rank 0 waits in each all_reduce past the
+    agent's threshold: states are published and judged all the time, and
+    none is a hang."""
+    job, watcher = _start(backend, job_factory, tmp_path, "sigkill_one_rank", 2,
+                          "--extra-steps", "100000", "--step-time", "0.02", "--stall-rank", "1",
+                          "--slow-rank-step-time", "0.3", watch_args=("--stuck-after", "5", "--timeout", "40"))
+    code, out, err = watcher.finish(90)
+    assert code == 0 and out == "" and not list(watcher.out.glob("hang-*")), (out, err[-2000:])
+    judged = json.loads((watcher.out / "current" / "snapshot.json").read_text())
+    # the wait for the straggler (its gradient all_reduce, or every 4th step the weights' broadcast) was
+    # published and judged healthy
+    assert judged["ranks"]["0"]["current_op"] in ("all_reduce", "broadcast"), judged
+    assert job.proc.poll() is None
+
+
+@needs_torch
+def test_install_watch_runs_the_watcher_in_rank_0_without_disturbing_the_job(job_factory, tmp_path):
+    hook_env = tmp_path / "hook.env"
+    job = job_factory("p2p_cycle_2", 2, agent=["--watch"],
+                      env={"FORENSICS_WATCH_OUT": str(tmp_path / "watch"),
+                           "FORENSICS_ON_HANG": f"env | grep ^FORENSICS_ | sort > {hook_env}"})
+    verdict_file = tmp_path / "watch" / "hang-1" / "verdict.json"
+    deadline = time.time() + 150
+    while time.time() < deadline and not hook_env.exists():
+        assert job.proc.poll() is None, (job.dir / "console.log").read_text()[-3000:]
+        time.sleep(0.5)
+    verdict = json.loads(verdict_file.read_text())
+    assert verdict["verdict"] == "deadlock" and verdict["culprit_ranks"] == [0, 1]
+    assert "FORENSICS_CULPRITS=0,1" in hook_env.read_text()
+    console = "".join(p.read_text() for p in (job.dir / "logs").rglob("stderr.log"))
+    assert "forensics watch (rank 0): deadlock" in console, console[-3000:]
+    time.sleep(2)
+    assert job.proc.poll() is None and len(job.ranks()) == 2  # the job goes on (hung, as it would be)
+    assert not (tmp_path / "watch" / "hang-2").exists()  # the same verdict is not reported twice
+
+
+@needs_torch
+def test_the_agent_records_every_kind_of_call_and_changes_no_result(job_factory, tmp_path):
+    calls = tmp_path / "calls.json"
+    job = job_factory("", 2, "--out", str(calls), agent=[], script=str(JOBS / "comm_patterns.py"))
+    code = job.proc.wait(150)
+    assert code == 0, (job.dir / "console.log").read_text()[-3000:]
+    seen = json.loads(calls.read_text())
+    got = [(c["current_op"], c["group_desc"], c["op_seq"], c["peers"], c["async"], bool(c["any_source"]),
+            c["site"].split(" ")[0]) for c in seen["calls"]]
+    world = "default_pg"
+    assert got == [
+        ("all_reduce", world, 1, None, False, False, "sync_gradients"),
+        ("all_reduce", world, 2, None, True, False, "sync_gradients_overlapped"),  # Work.wait on async_op=True
+        ("broadcast", world, 3, None, False, False, "broadcast_parameters"),
+        ("all_gather_into_tensor", world, 4, None, False, False, "gather_shards"),
+        ("all_reduce", world, 5, None, False, False, "reduce_shards"),  # all_reduce_coalesced
+        ("all_to_all_single", world, 6, None, False, False, "exchange_experts"),
+        ("monitored_barrier", world, 7, None, False, False, "end_of_epoch_sync"),
+        ("send", world, 7, [1], False, False, "pipeline_send"),
+        ("recv", world, 7, [1], False, False, "pipeline_recv"),
+        ("send", world, 7, [1], True, False, "pipeline_isend"),
+        ("recv", world, 7, [1], True, False, "pipeline_irecv"),
+        ("recv", world, 7, [1], True, False, "pipeline_batch"),  # batch_isend_irecv's works, waited on
+        ("recv", world, 7, None, False, True, "receive_from_any"),
+        ("all_reduce", "pairs", 1, None, False, False, "sync_pair_group"),
+        ("all_reduce", world, 8, None, False, False, "sync_world_explicitly"),  # group=WORLD counts with None
+        ("gather", world, 9, None, False, False, "collect_metrics"),
+    ], got
+    assert seen["results"] == {
+        "all_reduce": [3.0] * 8, "broadcast": [1.0] * 4, "all_gather_into_tensor": [0.0, 0.0, 1.0, 1.0],
+        "all_reduce_coalesced": [[2.0, 2.0], [2.0, 2.0, 2.0]], "all_to_all_single": [0.0, 10.0],
+        "batch_isend_irecv": 1.0, "gather": [[0.0], [1.0]]}
+
+
+@needs_torch
+def test_redis_restarting_mid_watch_is_said_and_a_later_hang_still_found(job_factory, tmp_path, redis_server):
+    """Redis goes away during the job's warm-up and comes back empty; the
+    agents keep training, republish when their state changes, and the P2P
+    cycle that follows is found through the new server. Nothing before it
+    is taken for a hang."""
+    url = f"redis://127.0.0.1:{redis_server['port']}/job-a"
+    watcher = Watcher(tmp_path, url, 2, "--stuck-after", "3")
+    job = job_factory("p2p_cycle_2", 2, "--warmup-steps", "40", "--step-time", "0.25", store=url)
+    job.wait_for("step 3:", timeout=120)
+    redis_server["restart"](down_for=3)
+    code, out, err = watcher.finish(200)
+    assert code == 1 and json.loads(out)["culprit_ranks"] == [0, 1], err[-3000:]
+    assert "does not answer" in err and "answers again" in err, err[-3000:]
+    assert "step 10:" in "".join(p.read_text() for p in (job.dir / "logs").rglob("stdout.log"))  # trained on
+    assert not (watcher.out / "hang-2").exists()
+
+
+def _publish(url, rank, value):
+    """Publish as an agent would, riding out a Redis that just restarted."""
+    from forensics.live.stores import StoreDown, open_store
+
+    for _ in range(20):
+        try:
+            return open_store(url).publish(rank, value, True)
+        except StoreDown:
+            time.sleep(0.25)
+    raise AssertionError(f"{url} does not answer")
 
 
 def test_garbage_another_job_and_a_restarted_redis_raise_no_alarm_and_no_crash(tmp_path, redis_server):
     """Rank 1 of job-a publishes garbage; job-b, on the same Redis, is in a
     cycle of its own; Redis restarts in the middle. Watching job-a sees
-    neither a crash nor a hang, and says what it ignored."""
-    import redis
+    neither a crash nor a hang, and says what it ignored; watching job-b
+    finds its cycle."""
+    a, b = (f"redis://127.0.0.1:{redis_server['port']}/job-{x}" for x in "ab")
 
-    from forensics.live.watch import WatchOptions, watch
+    def job_b_in_a_cycle():
+        for rank in (0, 1):
+            _publish(b, rank, json.dumps({"current_op": "send", "peers": [1 - rank], "group": "0"}))
 
-    client = redis.Redis(port=redis_server["port"])
-    client.set("job-a/rank/0", json.dumps({"current_op": "all_reduce", "group": "0", "op_seq": 5,
-                                           "group_ranks": [0, 1]}))
-    client.set("job-a/rank/1", b"\xff{not json")
-    client.incrby("job-a/changes", 2)
-    for rank in (0, 1):  # job-b: a send cycle
-        client.set(f"job-b/rank/{rank}", json.dumps({"current_op": "send", "peers": [1 - rank], "group": "0"}))
-    client.incrby("job-b/changes", 2)
+    _publish(a, 0, json.dumps({"current_op": "all_reduce", "group": "0", "op_seq": 5, "group_ranks": [0, 1]}))
+    _publish(a, 1, b"\xff{not json")
+    job_b_in_a_cycle()
     said = []
-    options = WatchOptions(f"redis://127.0.0.1:{redis_server['port']}/job-a", 2, str(tmp_path / "a"),
-                           stuck_after=3600, timeout=10, echo=said.append)
-    redis_server["proc"].send_signal(signal.SIGTERM)  # the store goes away ...
-    redis_server["proc"].wait(20)
+    restarter = threading.Timer(3, redis_server["restart"], kwargs={"down_for": 3})
+    restarter.start()
+    assert live.watch(live.WatchOptions(a, 2, str(tmp_path / "a"), stuck_after=3600, timeout=12,
+                                        echo=said.append)) == []
+    restarter.join()
+    assert any("rank 1 published something that is not a state (not JSON)" in line for line in said), said
+    assert any("does not answer" in line for line in said) and any("answers again" in line for line in said), said
+    _publish(a, 0, json.dumps({"current_op": "all_reduce", "group": "0", "op_seq": 5}))
+    _publish(a, 1, json.dumps({"current_op": 42}))
+    job_b_in_a_cycle()  # the restarted Redis is empty
+    assert live.watch(live.WatchOptions(a, 2, str(tmp_path / "c"), stuck_after=3600, timeout=2,
+                                        echo=said.append)) == []
+    assert any("rank 1 published something that is not a state (no current_op)" in line for line in said), said
+    found = live.watch(live.WatchOptions(b, 2, str(tmp_path / "b"), timeout=20))
+    assert [v.report.culprit_ranks for v in found] == [[0, 1]]  # job-b's own cycle, under its own prefix
 
-    def restart():
-        time.sleep(5)
-        redis_server["proc"] = redis_server["start"]()  # ... and comes back (empty: no persistence)
-    threading.Thread(target=restart).start()
-    assert watch(options) is None
-    assert any("does not answer" in line for line in said), said
-    b = watch(WatchOptions(f"redis://127.0.0.1:{redis_server['port']}/job-a", 2, str(tmp_path / "b"),
-                           stuck_after=3600, timeout=1, echo=said.append))
-    assert b is None  # the restarted Redis is empty: nothing to judge, no alarm
-    client.set("job-a/rank/0", json.dumps({"current_op": "all_reduce", "group": "0", "op_seq": 5}))
-    client.set("job-a/rank/1", json.dumps({"current_op": 42}))
-    client.incrby("job-a/changes", 2)
-    assert watch(WatchOptions(f"redis://127.0.0.1:{redis_server['port']}/job-a", 2, str(tmp_path / "c"),
-                              stuck_after=3600, timeout=1, echo=said.append)) is None
-    assert any("rank 1 published something that is not a state" in line for line in said), said
+
+class StoreHost:
+    """A TCPStore served by a process of its own (as torchrun's agent serves
+    the job's), on a port that survives `restart()`; ended by pid."""
+
+    def __init__(self):
+        self.port = _port()
+        self.proc = self.start()
+
+    def start(self):
+        proc = subprocess.Popen([sys.executable, "-W", "ignore", "-c",
+                                 "import time; from torch.distributed import TCPStore; "
+                                 f"s = TCPStore('127.0.0.1', {self.port}, is_master=True, wait_for_workers=False); "
+                                 "time.sleep(600)"], stderr=subprocess.DEVNULL)
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return proc
+            except OSError:
+                time.sleep(0.1)
+        raise AssertionError("the TCPStore host did not start")
+
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait()
+
+    def restart(self, down_for):
+        self.stop()
+        time.sleep(down_for)
+        self.proc = self.start()
+
+
+@needs_torch
+def test_a_tcpstore_that_goes_away_and_comes_back_is_said_and_raises_no_alarm(tmp_path):
+    """The job's store goes away (its launcher restarted) with a rank blocked
+    in it, and comes back empty: the watcher says so, keeps what it knew
+    while the store was away, judges nothing stale, and finds the cycle
+    published after it came back."""
+    host = StoreHost()
+    url = f"tcpstore://127.0.0.1:{host.port}"
+    try:
+        _publish(url, 0, json.dumps({"current_op": "all_reduce", "group": "0", "op_seq": 3, "group_ranks": [0, 1]}))
+        said = []
+        restarter = threading.Timer(4, host.restart, kwargs={"down_for": 3})
+        restarter.start()
+        assert live.watch(live.WatchOptions(url, 2, str(tmp_path / "a"), stuck_after=3600, timeout=15,
+                                            echo=said.append)) == []
+        restarter.join()
+        assert any("does not answer" in line for line in said) and any("answers again" in line for line in said)
+        assert any("came back without the state of rank 0" in line for line in said), said
+        for rank in (0, 1):
+            _publish(url, rank, json.dumps({"current_op": "send", "peers": [1 - rank], "group": "0"}))
+        found = live.watch(live.WatchOptions(url, 2, str(tmp_path / "b"), timeout=30))
+        assert [v.report.culprit_ranks for v in found] == [[0, 1]]
+    finally:
+        host.stop()
+
+
+def test_a_rank_that_exited_or_called_another_collective_is_reported_at_once(tmp_path, redis_server):
+    """What the agent publishes when a rank's script raised (exited, alive:
+    false), and a rank in another collective at the same position: both are
+    decided from the states alone, with no --stuck-after."""
+    url = f"redis://127.0.0.1:{redis_server['port']}/job-c"
+    waiting = {"current_op": "all_reduce", "group": "0", "op_seq": 4, "group_ranks": [0, 1, 2], "done": 3}
+    for rank, state in ((0, waiting), (2, waiting),
+                        (1, {"current_op": "exited", "alive": False, "exit": "ValueError: shape mismatch"})):
+        _publish(url, rank, json.dumps(state))
+    found = live.watch(live.WatchOptions(url, 3, str(tmp_path / "dead"), stuck_after=3600, timeout=30))
+    assert [(v.report.verdict, v.report.culprit_ranks, v.root_rank) for v in found] == [("dead_rank", [1], 1)]
+    assert found[0].summary["root_cause_progress"] == "it exited (ValueError: shape mismatch)"
+    _publish(url, 1, json.dumps({**waiting, "current_op": "broadcast"}))
+    found = live.watch(live.WatchOptions(url, 3, str(tmp_path / "mismatch"), stuck_after=3600, timeout=30))
+    assert [(v.report.verdict, v.report.culprit_ranks) for v in found] == [("collective_mismatch", [1])]
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_simulated_ranks_from_several_processes_cycle_found_no_false_alarm(kind, tmp_path, request):
+    """2,000 ranks published from two processes with the agent's store code
+    (benchmarks/sim_ranks.py): a straggler churn, then every rank but two in
+    the next all_reduce, then the two in a send cycle. The watcher is quiet
+    until the cycle and names exactly its two ranks."""
+    world, cycle = 2000, [777, 1500]
+    if kind == "redis":
+        url = f"redis://127.0.0.1:{request.getfixturevalue('redis_server')['port']}/sim"
+        host = None
+    else:
+        if not HAVE_TORCH:
+            pytest.skip("the TCPStore comes with torch (pip install torch==2.13.0)")
+        port = _port()
+        url = f"tcpstore://127.0.0.1:{port}"
+        host = subprocess.Popen([sys.executable, "-c", "import sys, time; from torch.distributed import TCPStore; "
+                                 f"s = TCPStore('127.0.0.1', {port}, is_master=True, wait_for_workers=False); "
+                                 "time.sleep(600)"], stderr=subprocess.DEVNULL)
+    try:
+        watcher = Watcher(tmp_path, url, world, "--stuck-after", "600")
+        sims = [subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "sim_ranks.py"), "--store", url,
+                                  "--world", str(world), "--ranks", f"{lo}:{lo + world // 2}", "--plan",
+                                  str(tmp_path / "plan.json"), "--out", str(tmp_path / f"sim{lo}.json")])
+                for lo in (0, world // 2)]
+        deadline = time.time() + 120
+        while not all((tmp_path / f"sim{lo}.json.ready").exists() for lo in (0, world // 2)):
+            assert time.time() < deadline and all(p.poll() is None for p in sims), "the simulators did not connect"
+            time.sleep(0.1)
+        now = time.time() + 5  # the watcher has warmed up by then
+        plan = {"hello_at": now, "churn_until": now + 6, "churn_rate": 200, "storm_at": now + 8,
+                "inject_at": now + 14, "cycle": cycle, "seq": 100}
+        (tmp_path / "plan.tmp").write_text(json.dumps(plan))
+        (tmp_path / "plan.tmp").rename(tmp_path / "plan.json")
+        assert all(p.wait(120) == 0 for p in sims)
+        code, out, err = watcher.finish(60)
+    finally:
+        if host is not None:
+            host.kill()
+            host.wait()
+    report = json.loads(out)
+    assert code == 1 and report["verdict"] == "deadlock" and report["culprit_ranks"] == cycle, err[-2000:]
+    injected = max(t for lo in (0, world // 2)
+                   for t in json.loads((tmp_path / f"sim{lo}.json").read_text())["injected"].values())
+    verdict = watcher.verdict()
+    assert verdict["detected_at"] > injected and verdict["ranks_with_state"] == world  # nothing before the cycle
+    churned = sum(json.loads((tmp_path / f"sim{lo}.json").read_text())["churn_publications"] for lo in (0, world // 2))
+    assert churned > 500  # the straggler churn did happen (and raised nothing)
+
+
+# ---------------------------------------------------------------- no processes
+
+def test_a_state_is_read_defensively():
+    ok = live.parse_state(json.dumps({"current_op": "send", "peers": [1, "x", -3, True], "op_seq": "7",
+                                      "group_span": [0, 8, 2], "pid": 12, "stack": ["f (a.py:1)", 3],
+                                      "alive": "yes", "eval": "__import__('os')"}))
+    assert ok == {"current_op": "send", "peers": [1], "group_ranks": range(0, 8, 2), "pid": 12,
+                  "stack": ["f (a.py:1)"]}
+    for raw, why in ((b"\xff\xfe", "not JSON"), ("[1, 2]", "a JSON list"), ('{"op": "send"}', "no current_op"),
+                     ("[" * 100_000, "not JSON"), ("x" * (live.MAX_STATE_BYTES + 1), "bytes, over")):
+        with pytest.raises(live.NotAState, match=why):
+            live.parse_state(raw)
+    huge = live.parse_state(json.dumps({"current_op": "all_reduce", "group_span": [0, 10 ** 12, 1]}))
+    assert "group_ranks" not in huge  # a span past any real world size is not believed
+
+
+def test_the_hook_is_told_plain_values_only(tmp_path):
+    report = type("R", (), {"verdict": "deadlock", "culprit_ranks": [0, 1]})()
+    verdict = live.Verdict(report, str(tmp_path), 1, time.time(), None)
+    env = live.hook_environment(verdict, {0: {"host": "node-a", "pid": 41}, 1: {"host": "x;rm -rf ~", "pid": 42}},
+                                "redis://r:1/j")
+    assert env["FORENSICS_CULPRIT_PROCESSES"] == "0=node-a:41 1=" and env["FORENSICS_ROOT_PID"] == "42"
+    assert "FORENSICS_ROOT_HOST" not in env
+
+
+def test_the_root_cause_is_the_culprit_with_the_least_progress():
+    states = {0: {"current_op": "send", "done": 12, "entered_at": 5.0},
+              1: {"current_op": "send", "done": 12, "entered_at": 6.0},
+              2: {"current_op": "all_reduce", "done": 11, "entered_at": 1.0}}
+    assert live.root_cause_rank([0, 1, 2], states) == 2
+    assert live.root_cause_rank([0, 1], states) == 1  # a tie: the one that entered its call last
+    assert live.root_cause_rank([0, 3], states) == 3  # published nothing: the least known progress
+    assert live.root_cause_rank([0, 1], {**states, 0: {"current_op": "exited", "alive": False}}) == 0
+    assert live.root_cause_rank([0, 2], {**states, 0: {"current_op": "compute", "done": 0}}) == 0  # elsewhere
+
+
+def test_store_urls_and_durations_are_checked(run_cli):
+    assert parse_store("redis://10.0.0.5:6379/job-7") == ("redis", "10.0.0.5", 6379, "job-7")
+    assert parse_store("tcpstore://node1:29500") == ("tcpstore", "node1", 29500, "forensics")
+    assert BUCKETS == 1024
+    for url in ("http://x:1", "redis://host", "tcpstore://h:99999"):
+        with pytest.raises(ValueError):
+            parse_store(url)
+    proc = run_cli("watch", "--store", "etcd://h:1", "--world-size", "2")
+    assert proc.returncode == 2 and "expected tcpstore://HOST:PORT" in proc.stderr and "Traceback" not in proc.stderr
+    proc = run_cli("watch", "--store", "tcpstore://127.0.0.1:1", "--world-size", "2", "--stuck-after", "soon")
+    assert proc.returncode == 2 and "not a number of seconds" in proc.stderr
