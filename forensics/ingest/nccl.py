@@ -23,14 +23,18 @@ the positions of its fields, learnt from the first line of that shape.
 
 Size. With COLL enabled a rank writes gigabytes. Hang forensics needs each
 process's last state, so a plain file over TAIL_THRESHOLD is read in tail
-mode: the first HEAD_BYTES and a tail line by line; of the middle only what
-the tail needs, found going backwards chunk by chunk with byte searches:
-the last call of every process and communicator the tail does not show,
-and the init sequence (Init START, topology, Init COMPLETE) of each
-communicator the tail uses whose init the head does not hold. The tail is
-as long as it must be and no longer: it starts at TAIL_FIRST and grows
-while a process's newest COMM_WINDOW calls (what its record and its
-communicator views keep) are not all in it, up to TAIL_BYTES. One rank's
+mode: a head and a tail line by line; of the middle only what the tail
+needs, found going backwards chunk by chunk with byte searches: the last
+call of every process and communicator the tail does not show, and the init
+sequence (Init START, topology, Init COMPLETE) of each communicator the
+tail uses whose init the head does not hold. Both are as long as they must
+be and no longer. The head is the first HEAD_BYTES, less what of it holds
+nothing but calls (every line a COLL line, counted with byte searches: no
+init, warning or topology line there), down to HEAD_FIRST: those calls are
+what the tail and the backward search read anyway. The tail starts at
+TAIL_FIRST and grows while a process's newest COMM_WINDOW calls (what its
+record and its communicator views keep) are not all in it, up to
+TAIL_BYTES; when even that misses some, the head is read whole. One rank's
 file holds them in its last ~50 KB, eight ranks interleaved in ~0.4 MB,
 whatever the file's size. The rest of the middle is never read, so the cost
 does not grow with the file. Lines past the head are numbered from the end
@@ -99,8 +103,9 @@ SOURCE = "nccl"
 MAX_LINE = 64 * 1024            # longer lines are skipped with a diagnostic
 MAX_LINE_DIAGNOSTICS = 50       # per kind of problem; then one summary line
 TAIL_THRESHOLD = 64 << 20       # plain files above this are read in tail mode
-HEAD_BYTES = 4 << 20            # tail mode: read whole at the start ...
-TAIL_FIRST = 256 << 10          # ... and at the end, first this much,
+HEAD_FIRST = 256 << 10          # tail mode: read whole at the start, this much ...
+HEAD_BYTES = 4 << 20            # ... or up to this while there is more than calls in it,
+TAIL_FIRST = 256 << 10          # and at the end, first this much,
 TAIL_BYTES = 16 << 20           # growing up to this while the tail misses a process's newest calls
 CHUNK = 8 << 20                 # bytes per read
 RECENT_OPS = 8
@@ -493,12 +498,15 @@ def _read_tail(handle, size: int, new_reader) -> "_Reader":
     not show, and the init lines of communicators the tail uses. Lines
     after the head are numbered from the end of the file (`_Reader.out`).
 
-    The tail starts at TAIL_FIRST; while a process's newest COMM_WINDOW
-    calls are not all in it (`_Reader.short_in_tail`), the file is read
-    again, by a fresh reader from `new_reader()`, with a tail long enough
-    for them (`_tail_for`, at least twice as long), up to TAIL_BYTES.
+    The head ends where the first HEAD_BYTES hold nothing but calls
+    (`_head_end`). The tail starts at TAIL_FIRST; while a process's newest
+    COMM_WINDOW calls are not all in it (`_Reader.short_in_tail`), the file
+    is read again, by a fresh reader from `new_reader()`, with a tail long
+    enough for them (`_tail_for`, at least twice as long), up to TAIL_BYTES,
+    and then with the whole head: its calls may be among them.
     Returns the reader that read the file."""
-    head_end = _line_start_after(handle, HEAD_BYTES)
+    whole_head = _line_start_after(handle, HEAD_BYTES)
+    head_end = _head_end(handle, whole_head)
     window = min(TAIL_FIRST, TAIL_BYTES)
     while True:
         reader = new_reader()
@@ -508,10 +516,15 @@ def _read_tail(handle, size: int, new_reader) -> "_Reader":
             _read_stream(handle.read, reader)
             return reader
         head_lines, tail_start, tail_lines = _read_ends(handle, size, head_end, tail_start, reader)
-        short = reader.short_in_tail() if window < TAIL_BYTES else []
+        short = reader.short_in_tail()
         if not short:
             break
-        window = min(TAIL_BYTES, max(2 * window, _tail_for(handle, size, head_end, short)))
+        if window < TAIL_BYTES:
+            window = min(TAIL_BYTES, max(2 * window, _tail_for(handle, size, head_end, short)))
+        elif head_end < whole_head:
+            head_end = whole_head
+        else:
+            break
     facts = reader.facts
     found, inits, walked = _search_back(handle, head_end, tail_start, tail_lines, reader)
     reader.last_line = FROM_END - 1
@@ -553,6 +566,28 @@ def _read_ends(handle, size: int, head_end: int, tail_start: int, reader: "_Read
     for number, lines in _chunks(io.BytesIO(tail).read, reader, reader.tail_first):
         reader.feed(lines, number)
     return head_lines, tail_start, tail_lines
+
+
+def _head_end(handle, whole: int) -> int:
+    """Where the head ends: at HEAD_FIRST, or 4, 16, ... times that, the
+    first of these after which the first HEAD_BYTES (up to `whole`, a line
+    start) hold only calls: as many lines as `: opCount ` and no `\\r`
+    gluing two lines into one. Init, topology, warning and other lines
+    there are read in the head; the calls there are older than the tail's,
+    and the backward search, which starts where the head ends, finds those
+    it needs."""
+    end = _line_start_after(handle, min(HEAD_FIRST, HEAD_BYTES))
+    if end >= whole:
+        return whole
+    handle.seek(end)
+    rest = handle.read(whole - end)
+    first = end
+    while end < whole:
+        at = end - first
+        if rest.find(b"\r", at) < 0 and rest.count(b"\n", at) == rest.count(b": opCount ", at):
+            return end
+        end = _line_start_after(handle, min(4 * end, whole))
+    return whole
 
 
 def _tail_for(handle, size: int, head_end: int, keys: list[bytes]) -> int:
