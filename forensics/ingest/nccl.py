@@ -122,11 +122,11 @@ DTYPES = ("int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "flo
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _GZIP_MAGIC = b"\x1f\x8b"
 
-_ANSI = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]")
+_ANSI = lazy.regex(rb"\x1b\[[0-9;?]*[A-Za-z]")
 # The prefix ends at the first `NCCL <LEVEL>` it can; every part of it is
 # bounded, and `_prefix` only looks PREFIX_REACH bytes before each `NCCL `,
 # so a long line costs linear time, not quadratic.
-_PREFIX = re.compile(rb"""
+_PREFIX = lazy.regex(rb"""
     (?P<host>[^\s:\[\]()<>]{1,255}):(?P<pid>\d{1,10}):(?P<tid>\d{1,10})[ ]
     (?:\[(?P<dev>-?\d{1,5})\][ ])?
     (?: (?P<where>\S{1,300}:\d{1,9}(?:[ ]\([^)\n]{0,200}\))?)[ ]NCCL[ ](?P<warn>WARN)
@@ -134,12 +134,12 @@ _PREFIX = re.compile(rb"""
       | (?:[\d.]{1,30}[ ])?NCCL[ ](?P<level>INFO|WARN|TRACE|CALL) )
     (?:[ ]|$)""", re.X)
 PREFIX_REACH = 1024
-_LOOKS_NCCL = re.compile(rb"NCCL (?:INFO|WARN|TRACE|CALL)(?:\s|$)")
-_BARE_VERSION = re.compile(rb"(?:^|[\s\]:])NCCL version \d{1,3}\.\d{1,3}\.\d{1,3}\S{0,40}\+(?:cuda|hip|rocm)")
-_OUTER_RANK = re.compile(rb"\[rank(\d+)\]:")
-_OUTER_LOCAL = re.compile(rb"\[default(\d+)\]:")
-_RAY_REPEAT = re.compile(rb" ?\[repeated \d{1,9}x across cluster\]")
-_BOOTSTRAP = re.compile(rb"Bootstrap ?: ?Using")
+_LOOKS_NCCL = lazy.regex(rb"NCCL (?:INFO|WARN|TRACE|CALL)(?:\s|$)")
+_BARE_VERSION = lazy.regex(rb"(?:^|[\s\]:])NCCL version \d{1,3}\.\d{1,3}\.\d{1,3}\S{0,40}\+(?:cuda|hip|rocm)")
+_OUTER_RANK = lazy.regex(rb"\[rank(\d+)\]:")
+_OUTER_LOCAL = lazy.regex(rb"\[default(\d+)\]:")
+_RAY_REPEAT = lazy.regex(rb" ?\[repeated \d{1,9}x across cluster\]")
+_BOOTSTRAP = lazy.regex(rb"Bootstrap ?: ?Using")
 # Lines whose text the message catalogue reads too (rules/messages/): the
 # rest (COLL, ring, init lines) this reader reads itself, and there are many.
 _STATED_RULES = frozenset({"warn_line", "misc_line"})
@@ -147,10 +147,10 @@ MAX_STATED = 64  # lines of one catalogue entry kept per file (the first): other
 _END_EVENT = (b"- Init ", b"- Abort ", b"- Destroy ", b"- Revoke ")
 # Every number of a message: hex after opCount/busId and inside brackets,
 # 0x addresses, decimals (with their sign). Each becomes one NUL.
-_MASK = re.compile(rb"(?<=opCount )[0-9a-fA-F]+|(?<=busId )[0-9a-fA-F]+|(?<=\[)[0-9a-fA-F]+(?=\])"
+_MASK = lazy.regex(rb"(?<=opCount )[0-9a-fA-F]+|(?<=busId )[0-9a-fA-F]+|(?<=\[)[0-9a-fA-F]+(?=\])"
                    rb"|0[xX][0-9a-fA-F]+|-?\d[0-9a-fA-F]*")
 _SHAPE = bytes.maketrans(b"0123456789abcdef", b"#" * 16)
-_IP = re.compile(r"(?:^|[\s\]:/])(\d{1,3}(?:\.\d{1,3}){3}|[0-9a-fA-F]*:[0-9a-fA-F:]+)<-?\d+>")
+_IP = lazy.regex(r"(?:^|[\s\]:/])(\d{1,3}(?:\.\d{1,3}){3}|[0-9a-fA-F]*:[0-9a-fA-F:]+)<-?\d+>")
 
 
 # ------------------------------------------------------------------ communicators as each process saw them
@@ -755,7 +755,7 @@ def _line_start_before(handle, pos: int, floor: int) -> int:
     return floor
 
 
-_POINTER_HIT = re.compile(rb"comm (0x[0-9a-fA-F]+) \[nranks=")
+_POINTER_HIT = lazy.regex(rb"comm (0x[0-9a-fA-F]+) \[nranks=")
 
 
 def _pointer_hits(chunk: bytes, by_comm: dict) -> Iterator[tuple[int, bytes]]:
