@@ -4,9 +4,11 @@ For each scale (`--ranks 64 1024 8192`) and scenario (see gen_fr_dumps.py)
 this writes one dump per rank and runs, one after the other on the same
 folder:
 
-1. `python -m forensics analyze DIR -f json --hung` (the repo's package), and
+1. `python -m forensics analyze DIR -f json --hung` (the copy installed in
+   this interpreter, else the checkout's source: see where.py), and
 2. `python -m torch.distributed.flight_recorder.fr_trace DIR -p nccl_trace_rank_`
-   from the venv /opt/trainenv (torch 2.13 CPU),
+   from the venv /opt/trainenv (torch 2.13 CPU; FORENSICS_BENCH_TRAINENV
+   names another),
 
 and prints the wall time and peak RSS of each (from `wait4`, so per run and
 including the worker processes it reaped), what each concluded, and whether
@@ -17,7 +19,8 @@ so a slow spell of the machine that lasts a pair cancels out). `--floor`
 adds two more contenders: a bare decode (two forked processes that only
 `pickle.loads` each dump: no checks, no analysis), the floor for any Python
 tool that decodes every dump, and the same decode while the parent imports
-networkx (what any tool built on it pays before its first check).
+networkx (what any tool built on it pays before its first check), with
+forensics's time over each per interleaved pair.
 forensics runs with its bytecode cached under the work folder
 (PYTHONPYCACHEPREFIX, filled by one untimed warm-up run), as an installed
 package has it; the analyzer's venv ships its .pyc files. Then, at the smallest scale, what each does with file names
@@ -65,6 +68,7 @@ sys.path.insert(0, HERE)
 
 import gen_fr_dumps  # noqa: E402
 from results import record  # noqa: E402
+from where import editable_installs, run_folder  # noqa: E402
 
 # The analyzer's venv (torch 2.13, CPU); FORENSICS_BENCH_TRAINENV names another one that has it.
 TRAINENV = os.environ.get("FORENSICS_BENCH_TRAINENV", "/opt/trainenv")
@@ -164,25 +168,13 @@ def forensics_env(work: str) -> dict:
     return env
 
 
-def editable_installs() -> list[str]:
-    """The .pth files of an editable install of forensics in this
-    interpreter's site-packages: they run at every start of `python`."""
-    import site
-    found = []
-    for folder in site.getsitepackages() + [site.getusersitepackages()]:
-        if os.path.isdir(folder):
-            found += sorted(name for name in os.listdir(folder)
-                            if name.endswith(".pth") and "editable" in name and "forensics" in name)
-    return found
-
-
-def warm_up(work: str, env: dict) -> None:
+def warm_up(work: str, args) -> None:
     """One untimed run over a 2-rank dump, so every module forensics imports
     is compiled into the bytecode cache before anything is timed."""
     folder = os.path.join(work, "warm_up")
     gen_fr_dumps.write(folder, "missing", 2, 10, 1)
     command, _ = forensics_command(folder)
-    subprocess.run(command, cwd=REPO, env=env, capture_output=True)
+    subprocess.run(command, cwd=args.cwd, env=args.env, capture_output=True)
     shutil.rmtree(folder, ignore_errors=True)
 
 
@@ -365,7 +357,7 @@ def scale(world: int, scenarios, args, work: str, rows: list) -> None:
         mine_runs, their_runs = [], []
         floor_runs: list[list] = [[] for _ in FLOORS] if args.floor else []
         for _ in range(args.repeat):  # interleaved, so a slow spell of the machine hits both
-            mine_runs.append(run(command, args.ours_timeout, args.mem_gb, cwd=REPO, env=args.env))
+            mine_runs.append(run(command, args.ours_timeout, args.mem_gb, cwd=args.cwd, env=args.env))
             if not args.no_analyzer:
                 their_runs.append(run(analyzer_command(folder), args.timeout, args.mem_gb))
             for (_, code, _, _), runs in zip(FLOORS, floor_runs):
@@ -392,6 +384,10 @@ def scale(world: int, scenarios, args, work: str, rows: list) -> None:
             ceiling = sorted(t.seconds / f.seconds for f, t in zip(runs, their_runs) if f.seconds and not t.timed_out)
             if ceiling:
                 print(f"  the analyzer's time over that, per pair: median {statistics.median(ceiling):.1f}x ({meaning})")
+            over = sorted(m.seconds / f.seconds for m, f in zip(mine_runs, runs) if f.seconds and not m.timed_out)
+            if over:
+                print(f"  forensics over that, per interleaved pair: median {statistics.median(over):.2f}x, "
+                      f"range {over[0]:.2f}-{over[-1]:.2f}x")
         truth = expected(scenario, world, args.culprit)
         print(f"  expected   {truth.verdict} culprits {_ranks(truth.culprits)}")
         if theirs is None:
@@ -432,7 +428,7 @@ def side_by_side(world: int, args, work: str, name: str, title: str, tries, **sh
     gen_fr_dumps.write(folder, "missing", world, args.entries, args.culprit, **shape)
     print(f"-- {title}")
     command, how = forensics_command(folder)
-    result = run(command, args.ours_timeout, args.mem_gb, cwd=REPO, env=args.env)
+    result = run(command, args.ours_timeout, args.mem_gb, cwd=args.cwd, env=args.env)
     show("forensics", result, ours(result), how)
     if not args.no_analyzer:
         for prefix, extra in tries:
@@ -484,9 +480,10 @@ def main(argv=None) -> int:
     print(f"dumps in {work}; caps: analyzer {args.timeout:.0f} s, forensics {args.ours_timeout:.0f} s, "
           f"{args.mem_gb:g} GiB address space each; {os.cpu_count()} CPUs")
     args.env = forensics_env(work)
-    warm_up(work, args.env)
+    args.cwd, what = run_folder(work)
+    warm_up(work, args)
     print(f"forensics bytecode cached in {args.env['PYTHONPYCACHEPREFIX']} (one untimed warm-up run)")
-    print(f"forensics runs as {sys.executable} -m forensics, from {REPO}")
+    print(f"forensics runs as {sys.executable} -m forensics: {what}")
     editable = editable_installs()
     if editable:
         print(f"note: this interpreter loads {', '.join(editable)} at start-up (an editable install): "

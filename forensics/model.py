@@ -8,7 +8,8 @@ what an earlier stage produced, and ten thousand ranks stay cheap.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
+from operator import attrgetter
 from typing import Mapping, Union
 
 # --------------------------------------------------------------------------
@@ -692,3 +693,25 @@ class Confidence:
         if self.missing:
             out["missing"] = list(self.missing_zh if zh and self.missing_zh else self.missing)
         return out
+
+
+def _pickled_as_fields(cls: type) -> None:
+    """Pickle `cls` as its class and its field values, rebuilt by its
+    constructor. A frozen, slotted dataclass otherwise pickles through
+    dataclasses' own __getstate__/__setstate__, which call `fields()` for
+    every object, in Python, on both sides: most of the cost of a worker's
+    records travelling to the parent (150 µs a Flight Recorder dump)."""
+    names = [f.name for f in fields(cls)]
+    values = attrgetter(*names)
+    if len(names) == 1:
+        def __reduce__(self):
+            return cls, (values(self),)
+    else:
+        def __reduce__(self):
+            return cls, values(self)
+    cls.__reduce__ = __reduce__
+
+
+for _model_class in [value for value in globals().values()
+                     if isinstance(value, type) and value.__module__ == __name__ and is_dataclass(value)]:
+    _pickled_as_fields(_model_class)

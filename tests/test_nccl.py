@@ -57,14 +57,20 @@ def generator():
 
 
 @contextlib.contextmanager
-def small_tail(threshold=256 << 10, head=64 << 10, tail=256 << 10, chunk=64 << 10):
-    """Tail mode on files of a few MiB: the same code paths as on gigabytes."""
-    saved = (nccl.TAIL_THRESHOLD, nccl.HEAD_BYTES, nccl.TAIL_BYTES, nccl.CHUNK)
-    nccl.TAIL_THRESHOLD, nccl.HEAD_BYTES, nccl.TAIL_BYTES, nccl.CHUNK = threshold, head, tail, chunk
+def small_tail(threshold=256 << 10, head=64 << 10, tail=256 << 10, chunk=64 << 10, first=None, first_head=None):
+    """Tail mode on files of a few MiB: the same code paths as on gigabytes.
+    The tail is `tail` bytes long, or, with `first`, starts that long and
+    grows up to `tail`; the head likewise with `first_head`."""
+    names = ("TAIL_THRESHOLD", "HEAD_BYTES", "TAIL_BYTES", "CHUNK", "TAIL_FIRST", "HEAD_FIRST")
+    saved = tuple(getattr(nccl, name) for name in names)
+    for name, value in zip(names, (threshold, head, tail, chunk, tail if first is None else first,
+                                   head if first_head is None else first_head)):
+        setattr(nccl, name, value)
     try:
         yield
     finally:
-        nccl.TAIL_THRESHOLD, nccl.HEAD_BYTES, nccl.TAIL_BYTES, nccl.CHUNK = saved
+        for name, value in zip(names, saved):
+            setattr(nccl, name, value)
 
 
 def total_lines(data: bytes) -> int:
@@ -444,12 +450,18 @@ def test_tail_mode_matches_full_mode(tmp_path):
         tail = nccl.parse(str(path), "job.log")
     assert summary(tail, path) == summary(full, path)
     assert tail.lines_read < full.lines_read // 2
+    # Rank 5's newest calls lie further back than the longest tail: starting
+    # short, the tail grows to its longest and the head to its whole, and
+    # the file is read as with both fixed at their longest.
+    with small_tail(first_head=16 << 10, first=32 << 10):
+        grown = nccl.parse(str(path), "job.log")
+    assert grown.diagnostics == tail.diagnostics and summary(grown, path) == summary(tail, path)
     (note,) = tail.diagnostics
     tail_count = full.lines_read - _tail_first(path) + 1
     assert note.severity == "info" and note.message.startswith(
-        f"tail mode: read lines 1-{_head_lines(path):,} (the first 0 MiB) and the last {tail_count:,} lines "
-        "(the last 0 MiB) of 3 MiB, whose line numbers count back from the end of the file (-1 is the last "
-        "line: `tail -n N FILE | head -n 1` shows line -N); of the 3 MiB between, ")
+        f"tail mode: read lines 1-{_head_lines(path):,} (the first 64 KiB) and the last {tail_count:,} lines "
+        "(the last 256 KiB, the most tail mode reads) of 3 MiB, whose line numbers count back from the end of "
+        "the file (-1 is the last line: `tail -n N FILE | head -n 1` shows line -N); of the 3 MiB between, ")
     assert "2 last call(s) of processes and communicators the tail does not show" in note.message  # rank 5: 2 comms
     for rank, expected in made["ranks"].items():
         got = record(tail, expected["host"], expected["pid"])
@@ -465,6 +477,114 @@ def test_tail_mode_matches_full_mode(tmp_path):
     assert line_of(path, absolute(error.line, data)) == error.text == warn.decode()
     assert record(tail, "gpu-node000", 41034).rank == 2
     assert nccl.topology(tail) == nccl.topology(full)
+
+
+def _reads(monkeypatch) -> list:
+    """The tails tail mode reads, as (where it starts, its lines), one per reading."""
+    reads = []
+    real = nccl._read_ends
+
+    def counted(*args):
+        head_lines, tail_start, tail_lines = real(*args)
+        reads.append((tail_start, tail_lines))
+        return head_lines, tail_start, tail_lines
+    monkeypatch.setattr(nccl, "_read_ends", counted)
+    return reads
+
+
+def test_tail_grows_until_it_holds_every_process_newest_calls(tmp_path, monkeypatch):
+    """Eight ranks in one log; rank 5 stopped ~80 steps before the others,
+    so its last calls lie further back than the first tail. The tail grows
+    (once, to the length byte searches say it needs) until it holds each
+    process's newest COMM_WINDOW calls: rank 5's last calls are read in the
+    tail, not looked up going back, and records and communicator views are
+    what a tail of the greatest length gives, and records what every line gives."""
+    gen = generator()
+    path = tmp_path / "job.log"
+    made = gen.generate(str(path), ranks=8, size=400 << 10, stop_rank=5, stop_at=0.95)
+    data = path.read_bytes()
+    full = nccl.parse(str(path), "job.log", full=True)
+    reads = _reads(monkeypatch)
+    with small_tail(tail=2 << 20, first=32 << 10):
+        grown = nccl.parse(str(path), "job.log")
+        grown_views = nccl.communicators(grown)
+    assert len(reads) == 2  # the first tail, then one long enough
+    first_tail, final_tail = reads[0][0], reads[1][0]
+    assert len(data) - first_tail < 33 << 10 and len(data) - final_tail < 2 << 20
+    stopped = record(grown, made["ranks"][5]["host"], made["ranks"][5]["pid"])
+    assert absolute(stopped.last_op.evidence.line, data) < total_lines(data) - reads[0][1]  # before the first tail
+    assert stopped.last_op.evidence.line >= -reads[1][1]  # ... and in the grown one
+    assert stopped.last_op.seq == max(made["ranks"][5]["world_last"], made["ranks"][5]["node_last"])
+    (note,) = grown.diagnostics
+    assert f"lines (the last {(len(data) - final_tail) / 1024:,.0f} KiB, what holds each process's newest 256 calls)" \
+        in note.message
+    assert "0 last call(s) of processes and communicators the tail does not show" in note.message
+    with small_tail(tail=2 << 20):
+        fixed = nccl.parse(str(path), "job.log")
+        fixed_views = nccl.communicators(fixed)
+    assert len(reads) == 3
+    assert [(r.host, r.pid, r.last_op, r.recent_ops, r.progress, r.errors) for r in grown.records] == \
+        [(r.host, r.pid, r.last_op, r.recent_ops, r.progress, r.errors) for r in fixed.records]
+    assert grown_views == fixed_views and len(grown_views) == 16
+    assert all(len(view.calls) > 16 for view in grown_views)
+    assert summary(grown, path) == summary(full, path)
+    assert [_normal(r.recent_ops, data) for r in grown.records] == [_normal(r.recent_ops, data) for r in full.records]
+
+
+def test_tail_stays_short_when_it_holds_what_is_needed(tmp_path, monkeypatch):
+    """One rank's log (NCCL_DEBUG_FILE): its newest calls are in the first
+    tail, which is read once, whatever the file's length."""
+    gen = generator()
+    made = gen.generate(str(tmp_path), ranks=2, size=3 << 20, stop_rank=None, per_rank_files=True)
+    path = made["paths"][0]
+    reads = _reads(monkeypatch)
+    with small_tail(head=2 << 20, first_head=64 << 10, tail=2 << 20, first=64 << 10):
+        facts = nccl.parse(path, "rank0.log")
+    ((tail_start, tail_lines),) = reads
+    assert os.path.getsize(path) - tail_start < 64 << 10
+    assert "read lines 1-" in facts.diagnostics[0].message and "(the first 64 KiB)" in facts.diagnostics[0].message
+    (got,) = facts.records
+    assert got.progress[made["ranks"][0]["world"]].enqueued == made["ranks"][0]["world_last"]
+    assert got.progress[made["ranks"][0]["node"]].enqueued == made["ranks"][0]["node_last"]
+    assert len(got.recent_ops) == nccl.RECENT_OPS
+    assert "what holds each process's newest 256 calls" in facts.diagnostics[0].message
+    assert facts.lines_read < 1000
+
+
+def test_head_grows_over_what_is_not_a_call(tmp_path):
+    """The head is read past its first length when the first HEAD_BYTES
+    hold more than calls: a communicator created there and never used
+    again (its members, and nothing enqueued on it) and a warning are read
+    as with the whole head; with only calls after the first length, the
+    head stays short and the same records come out."""
+    gen = generator()
+    path = tmp_path / "job.log"
+    gen.generate(str(path), ranks=2, size=1536 << 10, per_node=2, stop_rank=None)
+    clean = path.read_bytes()
+    lines = clean.split(b"\n")
+    at = next(i for i, line in enumerate(lines) if sum(map(len, lines[:i])) > 300 << 10)
+    silent = (b"gpu-node000:41000:41000 [0] NCCL INFO ncclCommInitRank comm 0x55d0eeee0000 rank 0 nranks 1 "
+              b"cudaDev 0 nvmlDev 0 busId 1b000 commId 0x00000000005e1e47 - Init COMPLETE")
+    warn = b"gpu-node000:41017:41017 [1] misc/socket.cc:49 NCCL WARN socketProgress: Connection closed by remote peer"
+    lines[at:at] = [silent, warn]
+    path.write_bytes(b"\n".join(lines))
+    clean_path = tmp_path / "clean.log"
+    clean_path.write_bytes(clean)
+    read = {}
+    for file in (path, clean_path):
+        with small_tail(head=1 << 20, tail=128 << 10):
+            whole = nccl.parse(str(file), "job.log")
+        with small_tail(head=1 << 20, first_head=64 << 10, tail=128 << 10):
+            short = nccl.parse(str(file), "job.log")
+        assert summary(short, file) == summary(whole, file)
+        read[file] = (short, whole)
+    grown, whole = read[path]
+    assert "(the first 1.0 MiB)" in grown.diagnostics[0].message and grown.lines_read == whole.lines_read
+    progress = record(grown, "gpu-node000", 41000).progress
+    assert progress["nccl:0x00000000005e1e47"].enqueued == -1
+    assert [e.text for e in record(grown, "gpu-node000", 41017).errors] == [warn.decode()]
+    kept, whole = read[clean_path]
+    assert "(the first 64 KiB)" in kept.diagnostics[0].message and kept.lines_read < whole.lines_read
 
 
 def test_tail_mode_does_not_read_the_middle(tmp_path):

@@ -273,12 +273,17 @@ def _parse_all(artifacts, plugins, jobs: int, progress=None, meanwhile=None):
     sizes = [file_size(a.path) for a in artifacts]
     counter = _Progress(progress, len(artifacts), sum(sizes))
     parallel = jobs > 1 and len(artifacts) > 1 and (len(artifacts) >= PARALLEL_MIN or sum(sizes) >= PARALLEL_BYTES)
-    if parallel and workers.available():
-        return _parse_forked(artifacts, sizes, plugins, jobs, counter, meanwhile)
-    spec = plugins.clone_spec()
-    if parallel and spec is not None:
+
+    def alongside():
+        _ready_to_merge()
         if meanwhile is not None:
             meanwhile()
+
+    if parallel and workers.available():
+        return _parse_forked(artifacts, sizes, plugins, jobs, counter, alongside)
+    spec = plugins.clone_spec()
+    if parallel and spec is not None:
+        alongside()
         return _parse_pooled(artifacts, sizes, plugins, jobs, counter, spec)
     results: list = [None] * len(artifacts)
 
@@ -292,6 +297,16 @@ def _parse_all(artifacts, plugins, jobs: int, progress=None, meanwhile=None):
     if meanwhile is not None:
         meanwhile()
     return results
+
+
+def _ready_to_merge() -> None:
+    """What `merge` loads on first use, loaded while worker processes
+    parse instead of after them: the post-mortem's module (with
+    `statistics`) and the message catalogue, most of a 64-dump merge."""
+    from .. import postmortem  # noqa: F401
+    from ..messages import catalogue
+
+    catalogue()
 
 
 def _parse_forked(artifacts, sizes, plugins, jobs, counter, meanwhile):

@@ -39,15 +39,16 @@ import re
 from collections import defaultdict
 from typing import NamedTuple
 
+from .. import lazy
 from ..model import Diagnostic
 
 STRONG, WEAK = "strong", "weak"
 
-_RANK_IN_PATH = re.compile(r"rank[_\-.]?(\d{1,7})(?!\d)", re.IGNORECASE)
+_RANK_IN_PATH = lazy.regex(r"rank[_\-.]?(\d{1,7})(?!\d)", re.IGNORECASE)
 # A rank word qualified by a group or a node names no global rank.
-_QUALIFIED = re.compile(r"(?:local|node|group|role|dp|tp|pp|ep|cp|sp|mp)[_\-.]?$", re.IGNORECASE)
-_TRAILING_NUMBER = re.compile(r"[._\-](\d{1,7})(?:\.[a-z]+)*$", re.IGNORECASE)
-_NOT_A_RANK = re.compile(r"""
+_QUALIFIED = lazy.regex(r"(?:local|node|group|role|dp|tp|pp|ep|cp|sp|mp)[_\-.]?$", re.IGNORECASE)
+_TRAILING_NUMBER = lazy.regex(r"[._\-](\d{1,7})(?:\.[a-z]+)*$", re.IGNORECASE)
+_NOT_A_RANK = lazy.regex(r"""
     ^slurm-\d                                   # Slurm's default output: slurm-<job>[_<task>].out
   | \.p?[oe]\d+$                                # PBS / SGE: <name>.o<job>, .e<job>, .po<job>
   | (?:^|[^a-z])(?:job|jobid|array|pid|port|core|step|iter|epoch|attempt|restart|run)[_\-.]?\d

@@ -43,9 +43,9 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from json.decoder import JSONDecodeError, scanstring
 
+from .. import lazy
 from ..model import Evidence, Frame, ProcessDump, ProcessRecord, ThreadStack
 from . import jsonwalk
 from .attribution import rank_from_path
@@ -61,9 +61,9 @@ EVIDENCE_CHARS = 2000
 
 # ------------------------------------------------------------------ sniffing
 
-_SNIFF_RECORD = re.compile(rb'^\s*\{\s*"message"\s*:\s*\{\s*"message"\s*:')
-_SNIFF_STRING = re.compile(rb'^\s*\{\s*"message"\s*:\s*"')
-_SNIFF_KEYS = re.compile(rb'"(?:extraInfo|py_callstack|errorCode|errorTraits)"\s*:')
+_SNIFF_RECORD = lazy.regex(rb'^\s*\{\s*"message"\s*:\s*\{\s*"message"\s*:')
+_SNIFF_STRING = lazy.regex(rb'^\s*\{\s*"message"\s*:\s*"')
+_SNIFF_KEYS = lazy.regex(rb'"(?:extraInfo|py_callstack|errorCode|errorTraits)"\s*:')
 
 
 def sniff(path: str, head: bytes) -> str | None:
@@ -83,8 +83,8 @@ def sniff(path: str, head: bytes) -> str | None:
 
 # ------------------------------------------------------------------ reading
 
-_TORCHRUN_LAYOUT = re.compile(r"(?:^|/)attempt_(\d+)/(\d{1,7})/[^/]+$")
-_STRING_MESSAGE = re.compile(r'"message"\s*:\s*"((?:[^"\\\n]|\\.)*)"')
+_TORCHRUN_LAYOUT = lazy.regex(r"(?:^|/)attempt_(\d+)/(\d{1,7})/[^/]+$")
+_STRING_MESSAGE = lazy.regex(r'"message"\s*:\s*"((?:[^"\\\n]|\\.)*)"')
 
 
 class _Value:
@@ -227,7 +227,7 @@ def _seconds(value) -> float | None:
 
 # ------------------------------------------------------------------ tracebacks
 
-_FRAME = re.compile(r'  File "(?P<file>.*)", line (?P<line>\d{1,9}), in (?P<function>.+)')
+_FRAME = lazy.regex(r'  File "(?P<file>.*)", line (?P<line>\d{1,9}), in (?P<function>.+)')
 _CHAIN = ("The above exception was the direct cause of the following exception:",
           "During handling of the above exception, another exception occurred:")
 

@@ -66,7 +66,7 @@ from itertools import compress
 from json.decoder import JSONDecodeError
 from operator import itemgetter, not_
 
-from .. import limits
+from .. import lazy, limits
 from .reader import reader_hooks
 from ..model import (DEFAULT_GROUP, P2P_OPS, CommOp, Evidence, GroupProgress, ProcessGroup,
                      ProcessRecord, StuckSignal, normalize_op)
@@ -107,12 +107,12 @@ def _pickled_keys(*keys: str) -> re.Pattern:
 
 
 _PICKLED_KEY = _pickled_keys("entries", "pg_config", "version", "profiling_name")
-_JSON_KEYS = re.compile(rb'"(pg_status|pg_config|entries|version|profiling_name|collective_seq_id)"\s*:')
+_JSON_KEYS = lazy.regex(rb'"(pg_status|pg_config|entries|version|profiling_name|collective_seq_id)"\s*:')
 
-_RANKS_TEXT = re.compile(r"\s*\[\s*((?:\d{1,9}\s*,\s*)*\d{1,9})?\s*,?\s*\]\s*")
-_SEND = re.compile(r"\bsend\s+(\d{1,9})\s*->\s*(\d{1,9})")
-_RECV = re.compile(r"\brecv\s+(\d{1,9})\s*<-\s*(\d{1,9})")
-_TRAILING_RANK = re.compile(r"(\d{1,7})$")
+_RANKS_TEXT = lazy.regex(r"\s*\[\s*((?:\d{1,9}\s*,\s*)*\d{1,9})?\s*,?\s*\]\s*")
+_SEND = lazy.regex(r"\bsend\s+(\d{1,9})\s*->\s*(\d{1,9})")
+_RECV = lazy.regex(r"\brecv\s+(\d{1,9})\s*<-\s*(\d{1,9})")
+_TRAILING_RANK = lazy.regex(r"(\d{1,7})$")
 _SUFFIXES = (".gz", ".json", ".pkl", ".pickle", ".fr", ".bin", ".dump", ".trace")
 
 _SHORT = reprlib.Repr()

@@ -62,6 +62,7 @@ import re
 from dataclasses import dataclass, field
 
 from ..messages import fact_items
+from .. import lazy
 from ..model import Evidence, MessageHit, ProcessGroup, normalize_op
 from .facts import Facts
 from .reader import reader_hooks
@@ -76,7 +77,7 @@ MAX_BYTES = 256 * 1024 * 1024
 
 # ------------------------------------------------------------------ sniffing
 
-_SNIFF = re.compile(
+_SNIFF = lazy.regex(
     rb"^[ \t>]*(?:Not all ranks joining collective"
     rb"|Collective sequence number: \d+ has errors"
     rb"|Collective \d+ at entry \d+ errors"
@@ -88,7 +89,7 @@ _SNIFF = re.compile(
     rb"|built groups, memberships"
     rb"|\$ ?(?:\S*/)?(?:python[\d.]* -m torch\.distributed\.flight_recorder\.fr_trace|torchfrtrace|python[\d.]* \S*fr_trace\.py)\b"
     rb"|\w+\((?:s=-?\d+ d=-?\d+, )?input_sizes=\[.*, state=\w+\))", re.M)
-_SNIFF_CRASH = re.compile(rb'File "[^"\n]*(?:torch/distributed|tools)/flight_recorder/[^"\n]*\.py", line \d+')
+_SNIFF_CRASH = lazy.regex(rb'File "[^"\n]*(?:torch/distributed|tools)/flight_recorder/[^"\n]*\.py", line \d+')
 
 
 def sniff(path: str, head: bytes) -> str | None:
@@ -105,28 +106,28 @@ def sniff(path: str, head: bytes) -> str | None:
 
 _BLOCK_IDS = ("fr-analyzer-not-all-ranks-joined", "fr-analyzer-collective-errors",
               "fr-analyzer-alltoall-numel-mismatch")
-_FIELD = re.compile(r"(?P<key>internal record id|group info|collective|missing ranks|total input numel"
+_FIELD = lazy.regex(r"(?P<key>internal record id|group info|collective|missing ranks|total input numel"
                     r"|total output numel|input sizes|output sizes|world size|expected ranks|collective state"
                     r"|error msg|error message|Found errors|collective stack trace|Collective stack traces)"
                     r":[ \t]?(?P<value>.*)")
-_STACK_FRAME = re.compile(r"(?P<name>\S.*?) at (?P<file>.+):(?P<line>\d+)")
-_CULPRIT_SPLIT = re.compile(r"(?=(?:Culprit|Error) rank \d+[;,] )")
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-_RANK_SET = re.compile(r"\{[\d, ]*\}|set\(\)")
-_NUMBER = re.compile(r"\d+")
-_DASHES = re.compile(r"-+(?: +-+)*")
+_STACK_FRAME = lazy.regex(r"(?P<name>\S.*?) at (?P<file>.+):(?P<line>\d+)")
+_CULPRIT_SPLIT = lazy.regex(r"(?=(?:Culprit|Error) rank \d+[;,] )")
+_ANSI = lazy.regex(r"\x1b\[[0-9;]*m")
+_RANK_SET = lazy.regex(r"\{[\d, ]*\}|set\(\)")
+_NUMBER = lazy.regex(r"\d+")
+_DASHES = lazy.regex(r"-+(?: +-+)*")
 _TITLES = {"Groups", "Memberships", "Collectives", "NCCLCalls", "Match", "MISMATCH"}
-_CHATTER = re.compile(
+_CHATTER = lazy.regex(
     r"loaded \d+ files in \S+s|built groups, memberships|built collectives, nccl_calls"
     r"|appending a non-matching collective|tabulate is not installed\. Proceeding without it\."
     r"|Inferred common prefix \S*|Rank \d+ trace does not start at time 0 \(first record is \d+\.?"
     r"|# exit code -?\d+|```\w*")
-_COMMAND = re.compile(r"\$ ?.*(?:fr_trace|torchfrtrace).*")
+_COMMAND = lazy.regex(r"\$ ?.*(?:fr_trace|torchfrtrace).*")
 _TRACEBACK = "Traceback (most recent call last):"
 # What starts the analyzer's own lines: never a table row.
 _NOT_ROWS = (_TRACEBACK, "Not all ranks joining", "Collective ", "Input/output mismatch", "We cannot decide",
              "No errors found", "Too many mismatches", "group info:", "internal record id:")
-_TB_FRAME = re.compile(r'File "(?P<file>[^"]*)", line (?P<line>\d+), in (?P<function>.+)')
+_TB_FRAME = lazy.regex(r'File "(?P<file>[^"]*)", line (?P<line>\d+), in (?P<function>.+)')
 _CHAIN = ("The above exception was the direct cause of the following exception:",
           "During handling of the above exception, another exception occurred:")
 

@@ -34,10 +34,10 @@ SOURCE = "gdb"
 MAX_LINE = 64 * 1024
 
 _PAGER = b"--Type <RET> for more, q to quit, c to continue without paging--"
-_HEX = re.compile(rb"0x[0-9a-fA-F]+")
-_LWP = re.compile(rb"LWP \d+")
-_PROCESS = re.compile(rb"process \d+")
-_TARGET_NUMBER = re.compile(r"(?:LWP|process) (\d+)\b")
+_HEX = lazy.regex(rb"0x[0-9a-fA-F]+")
+_LWP = lazy.regex(rb"LWP \d+")
+_PROCESS = lazy.regex(rb"process \d+")
+_TARGET_NUMBER = lazy.regex(r"(?:LWP|process) (\d+)\b")
 
 # A block is a thread's frame lines: `#N` frames, indented lines (gdb's
 # wrapped lines, py-bt frames and their source) and the notes gdb prints among
@@ -45,14 +45,14 @@ _TARGET_NUMBER = re.compile(r"(?:LWP|process) (\d+)\b")
 # and is reported and skipped.
 _BLOCK_START = (rb"(?:#|[ \t]+\S|Backtrace stopped:|Traceback \(most recent call first\):"
                 rb"|Unable to locate python frame)")
-_SEGMENT = re.compile(
+_SEGMENT = lazy.regex(
     rb"(?P<block>(?:%(start)s[^\n]{0,%(max)s}(?:\n|\Z))+)"
     rb"|(?P<gap>(?:(?!%(start)s)[^\n]{0,%(max)s}(?:\n|\Z))+)"
     % {b"start": _BLOCK_START, b"max": str(MAX_LINE).encode()})
 
-_SNIFF_HEADER = re.compile(
+_SNIFF_HEADER = lazy.regex(
     rb"^Thread \d+(?:\.\d+)? \((?:Thread 0x[0-9a-fA-F]+ \(LWP \d+\)|LWP \d+|process \d+)", re.M)
-_SNIFF_FRAME = re.compile(rb"^#0  0x[0-9a-fA-F]+ in \S", re.M)
+_SNIFF_FRAME = lazy.regex(rb"^#0  0x[0-9a-fA-F]+ in \S", re.M)
 
 
 def sniff(path: str, head: bytes) -> bool:
@@ -214,14 +214,14 @@ def _record(line: str) -> _Record:
 # ---------------------------------------------------------------- frame text
 
 # Operator names hold brackets that do not nest: `operator<<`, `operator()`.
-_OPERATOR = re.compile(r"operator\s*(?:<=>|\(\)|\[\]|->\*?|<<=?|>>=?|&&|\|\||\+\+|--|[-+*/%^&|~!=<>,]=?)")
-_NAME_MARK = re.compile(r"[(<\[{)>\]}]|\boperator\b")
+_OPERATOR = lazy.regex(r"operator\s*(?:<=>|\(\)|\[\]|->\*?|<<=?|>>=?|&&|\|\||\+\+|--|[-+*/%^&|~!=<>,]=?)")
+_NAME_MARK = lazy.regex(r"[(<\[{)>\]}]|\boperator\b")
 _CLOSER = {"(": ")", "<": ">", "[": "]", "{": "}"}
-_ARG_MARK = re.compile(r'"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'|[()]')
-_SPLIT_MARK = re.compile(r'"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'|[(<\[{)>\]},]')
-_LOCATION = re.compile(r"(?: at (?P<file>.+?):(?P<line>\d+))?(?: from (?P<lib>.+))?")
-_TRAILING_LOCATION = re.compile(r"(?: at (?P<file>.+?):(?P<line>\d+))?(?: from (?P<lib>.+))?$")
-_ARG_NAME = re.compile(r"\s*([A-Za-z_$][\w$]*)=")
+_ARG_MARK = lazy.regex(r'"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'|[()]')
+_SPLIT_MARK = lazy.regex(r'"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'|[(<\[{)>\]},]')
+_LOCATION = lazy.regex(r"(?: at (?P<file>.+?):(?P<line>\d+))?(?: from (?P<lib>.+))?")
+_TRAILING_LOCATION = lazy.regex(r"(?: at (?P<file>.+?):(?P<line>\d+))?(?: from (?P<lib>.+))?$")
+_ARG_NAME = lazy.regex(r"\s*([A-Za-z_$][\w$]*)=")
 
 
 def _call_frame(text: str) -> tuple[Frame, str]:

@@ -23,19 +23,29 @@ the positions of its fields, learnt from the first line of that shape.
 
 Size. With COLL enabled a rank writes gigabytes. Hang forensics needs each
 process's last state, so a plain file over TAIL_THRESHOLD is read in tail
-mode: the first HEAD_BYTES and the last TAIL_BYTES line by line; of the
-middle only what the tail needs, found going backwards chunk by chunk with
-byte searches: the last call of every process and communicator the tail
-does not show, and the init sequence (Init START, topology, Init COMPLETE)
-of each communicator the tail uses whose init the head does not hold. The
-rest of the middle is never read, so the cost does not grow with the file.
-Lines past the head are numbered from the end of the file (-1 is the last
-line; `tail -n N FILE | head -n 1` shows line -N): counting the lines of the
-middle would mean reading it. A warning in the middle, or a communicator
-created there and never used since, is not seen; the tail-mode diagnostic
-says so, and `parse(..., full=True)` reads every line. Memory stays flat: at
-most the tail, a chunk and a few lines per process are held. gzip and zstd
-streams cannot be tailed and are read whole, with the same flat memory.
+mode: a head and a tail line by line; of the middle only what the tail
+needs, found going backwards chunk by chunk with byte searches: the last
+call of every process and communicator the tail does not show, and the init
+sequence (Init START, topology, Init COMPLETE) of each communicator the
+tail uses whose init the head does not hold. Both are as long as they must
+be and no longer. The head is the first HEAD_BYTES, less what of it holds
+nothing but calls (every line a COLL line, counted with byte searches: no
+init, warning or topology line there), down to HEAD_FIRST: those calls are
+what the tail and the backward search read anyway. The tail starts at
+TAIL_FIRST and grows while a process's newest COMM_WINDOW calls (what its
+record and its communicator views keep) are not all in it, up to
+TAIL_BYTES; when even that misses some, the head is read whole. One rank's
+file holds them in its last ~50 KB, eight ranks interleaved in ~0.4 MB,
+whatever the file's size. The rest of the middle is never read, so the cost
+does not grow with the file. Lines past the head are numbered from the end
+of the file (-1 is the last line; `tail -n N FILE | head -n 1` shows line
+-N): counting the lines of the middle would mean reading it. A warning in
+the middle (before every process's newest COMM_WINDOW calls), or a
+communicator created there and never used since, is not seen; the
+tail-mode diagnostic says so, and `parse(..., full=True)` reads every line.
+Memory stays flat: at most the tail, a chunk and a few lines per process
+are held. gzip and zstd streams cannot be tailed and are read whole, with
+the same flat memory.
 
 What the file cannot tell, and what we assume:
 - `[d]` after the pid is a local CUDA device, never a rank.
@@ -93,8 +103,10 @@ SOURCE = "nccl"
 MAX_LINE = 64 * 1024            # longer lines are skipped with a diagnostic
 MAX_LINE_DIAGNOSTICS = 50       # per kind of problem; then one summary line
 TAIL_THRESHOLD = 64 << 20       # plain files above this are read in tail mode
-HEAD_BYTES = 4 << 20            # tail mode: read whole at the start ...
-TAIL_BYTES = 16 << 20           # ... and at the end
+HEAD_FIRST = 256 << 10          # tail mode: read whole at the start, this much ...
+HEAD_BYTES = 4 << 20            # ... or up to this while there is more than calls in it,
+TAIL_FIRST = 256 << 10          # and at the end, first this much,
+TAIL_BYTES = 16 << 20           # growing up to this while the tail misses a process's newest calls
 CHUNK = 8 << 20                 # bytes per read
 RECENT_OPS = 8
 COMM_WINDOW = 256               # calls kept per process for `communicators()` (RECENT_OPS of them for records)
@@ -110,11 +122,11 @@ DTYPES = ("int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "flo
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _GZIP_MAGIC = b"\x1f\x8b"
 
-_ANSI = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]")
+_ANSI = lazy.regex(rb"\x1b\[[0-9;?]*[A-Za-z]")
 # The prefix ends at the first `NCCL <LEVEL>` it can; every part of it is
 # bounded, and `_prefix` only looks PREFIX_REACH bytes before each `NCCL `,
 # so a long line costs linear time, not quadratic.
-_PREFIX = re.compile(rb"""
+_PREFIX = lazy.regex(rb"""
     (?P<host>[^\s:\[\]()<>]{1,255}):(?P<pid>\d{1,10}):(?P<tid>\d{1,10})[ ]
     (?:\[(?P<dev>-?\d{1,5})\][ ])?
     (?: (?P<where>\S{1,300}:\d{1,9}(?:[ ]\([^)\n]{0,200}\))?)[ ]NCCL[ ](?P<warn>WARN)
@@ -122,12 +134,12 @@ _PREFIX = re.compile(rb"""
       | (?:[\d.]{1,30}[ ])?NCCL[ ](?P<level>INFO|WARN|TRACE|CALL) )
     (?:[ ]|$)""", re.X)
 PREFIX_REACH = 1024
-_LOOKS_NCCL = re.compile(rb"NCCL (?:INFO|WARN|TRACE|CALL)(?:\s|$)")
-_BARE_VERSION = re.compile(rb"(?:^|[\s\]:])NCCL version \d{1,3}\.\d{1,3}\.\d{1,3}\S{0,40}\+(?:cuda|hip|rocm)")
-_OUTER_RANK = re.compile(rb"\[rank(\d+)\]:")
-_OUTER_LOCAL = re.compile(rb"\[default(\d+)\]:")
-_RAY_REPEAT = re.compile(rb" ?\[repeated \d{1,9}x across cluster\]")
-_BOOTSTRAP = re.compile(rb"Bootstrap ?: ?Using")
+_LOOKS_NCCL = lazy.regex(rb"NCCL (?:INFO|WARN|TRACE|CALL)(?:\s|$)")
+_BARE_VERSION = lazy.regex(rb"(?:^|[\s\]:])NCCL version \d{1,3}\.\d{1,3}\.\d{1,3}\S{0,40}\+(?:cuda|hip|rocm)")
+_OUTER_RANK = lazy.regex(rb"\[rank(\d+)\]:")
+_OUTER_LOCAL = lazy.regex(rb"\[default(\d+)\]:")
+_RAY_REPEAT = lazy.regex(rb" ?\[repeated \d{1,9}x across cluster\]")
+_BOOTSTRAP = lazy.regex(rb"Bootstrap ?: ?Using")
 # Lines whose text the message catalogue reads too (rules/messages/): the
 # rest (COLL, ring, init lines) this reader reads itself, and there are many.
 _STATED_RULES = frozenset({"warn_line", "misc_line"})
@@ -135,10 +147,10 @@ MAX_STATED = 64  # lines of one catalogue entry kept per file (the first): other
 _END_EVENT = (b"- Init ", b"- Abort ", b"- Destroy ", b"- Revoke ")
 # Every number of a message: hex after opCount/busId and inside brackets,
 # 0x addresses, decimals (with their sign). Each becomes one NUL.
-_MASK = re.compile(rb"(?<=opCount )[0-9a-fA-F]+|(?<=busId )[0-9a-fA-F]+|(?<=\[)[0-9a-fA-F]+(?=\])"
+_MASK = lazy.regex(rb"(?<=opCount )[0-9a-fA-F]+|(?<=busId )[0-9a-fA-F]+|(?<=\[)[0-9a-fA-F]+(?=\])"
                    rb"|0[xX][0-9a-fA-F]+|-?\d[0-9a-fA-F]*")
 _SHAPE = bytes.maketrans(b"0123456789abcdef", b"#" * 16)
-_IP = re.compile(r"(?:^|[\s\]:/])(\d{1,3}(?:\.\d{1,3}){3}|[0-9a-fA-F]*:[0-9a-fA-F:]+)<-?\d+>")
+_IP = lazy.regex(r"(?:^|[\s\]:/])(\d{1,3}(?:\.\d{1,3}){3}|[0-9a-fA-F]*:[0-9a-fA-F:]+)<-?\d+>")
 
 
 # ------------------------------------------------------------------ communicators as each process saw them
@@ -226,8 +238,7 @@ def parse(path: str, display: str, full: bool = False) -> Facts:
     Plain files over TAIL_THRESHOLD are read in tail mode unless `full`;
     a diagnostic says which part was read.
     """
-    facts = Facts(KIND, display)
-    reader = _Reader(facts, display)
+    reader = _Reader(Facts(KIND, display), display)
     try:
         with open(path, "rb") as handle:
             magic = handle.read(4)
@@ -244,9 +255,10 @@ def parse(path: str, display: str, full: bool = False) -> Facts:
             elif full or size <= TAIL_THRESHOLD:
                 _read_stream(handle.read, reader)
             else:
-                _read_tail(handle, size, reader)
+                reader = _read_tail(handle, size, lambda: _Reader(Facts(KIND, display), display))
     except OSError as exc:
         raise InputError(display, f"cannot read: {exc.strerror.lower() if exc.strerror else exc}") from None
+    facts = reader.facts
     reader.finish()
     facts.comm_views.extend(reader.views)  # they travel with the facts, from worker processes too
     _remember(id(facts), (facts, reader.topology, reader.views))
@@ -480,18 +492,63 @@ def _line_start_after(handle, pos: int) -> int:
             return handle.tell() - len(block) + newline + 1
 
 
-def _read_tail(handle, size: int, reader: "_Reader") -> None:
+def _read_tail(handle, size: int, new_reader) -> "_Reader":
     """The head and the tail line by line; of the middle only what the tail
     needs: the newest call of every process and communicator the tail does
     not show, and the init lines of communicators the tail uses. Lines
-    after the head are numbered from the end of the file (`_Reader.out`)."""
+    after the head are numbered from the end of the file (`_Reader.out`).
+
+    The head ends where the first HEAD_BYTES hold nothing but calls
+    (`_head_end`). The tail starts at TAIL_FIRST; while a process's newest
+    COMM_WINDOW calls are not all in it (`_Reader.short_in_tail`), the file
+    is read again, by a fresh reader from `new_reader()`, with a tail long
+    enough for them (`_tail_for`, at least twice as long), up to TAIL_BYTES,
+    and then with the whole head: its calls may be among them.
+    Returns the reader that read the file."""
+    whole_head = _line_start_after(handle, HEAD_BYTES)
+    head_end = _head_end(handle, whole_head)
+    window = min(TAIL_FIRST, TAIL_BYTES)
+    while True:
+        reader = new_reader()
+        tail_start = _line_start_after(handle, max(0, size - window))
+        if tail_start <= head_end:
+            handle.seek(0)
+            _read_stream(handle.read, reader)
+            return reader
+        head_lines, tail_start, tail_lines = _read_ends(handle, size, head_end, tail_start, reader)
+        short = reader.short_in_tail()
+        if not short:
+            break
+        if window < TAIL_BYTES:
+            window = min(TAIL_BYTES, max(2 * window, _tail_for(handle, size, head_end, short)))
+        elif head_end < whole_head:
+            head_end = whole_head
+        else:
+            break
     facts = reader.facts
-    head_end = _line_start_after(handle, HEAD_BYTES)
-    tail_start = _line_start_after(handle, size - TAIL_BYTES)
-    if tail_start <= head_end:
-        handle.seek(0)
-        _read_stream(handle.read, reader)
-        return
+    found, inits, walked = _search_back(handle, head_end, tail_start, tail_lines, reader)
+    reader.last_line = FROM_END - 1
+    facts.lines_read = head_lines + tail_lines + found + inits
+    mib = 2 ** 20
+    middle = tail_start - head_end
+    why = ("the most tail mode reads" if window >= TAIL_BYTES else
+           f"what holds each process's newest {COMM_WINDOW} calls")
+    facts.diag(0, f"tail mode: read lines 1-{head_lines:,} (the first {_amount(head_end)}) and the last "
+                  f"{tail_lines:,} lines (the last {_amount(size - tail_start)}, {why}) of {size / mib:,.0f} MiB, "
+                  "whose line numbers count back from the end of the file (-1 is the last line: "
+                  "`tail -n N FILE | head -n 1` shows line -N); of the "
+                  f"{middle / mib:,.0f} MiB between, {walked / mib:,.0f} MiB were searched backwards for "
+                  f"{found:,} last call(s) of processes and communicators the tail does not show and "
+                  f"{inits:,} init line(s) of communicators it uses; warnings and other lines there are not "
+                  "read: parse with full=True (--full) to read every line", "info")
+    return reader
+
+
+def _read_ends(handle, size: int, head_end: int, tail_start: int, reader: "_Reader") -> tuple[int, int, int]:
+    """Feed the head [0, head_end) and the tail [tail_start, size) to
+    `reader`. Returns (lines in the head, where the tail starts, its lines):
+    a last line longer than the tail moves its start back, or is counted
+    and not read when it is too long to read."""
     for line_no, lines in _chunks(_Region(handle, 0, head_end).read, reader):
         reader.feed(lines, line_no)
     head_lines = reader.last_line
@@ -508,20 +565,59 @@ def _read_tail(handle, size: int, reader: "_Reader") -> None:
     reader.tail_first = FROM_END - tail_lines
     for number, lines in _chunks(io.BytesIO(tail).read, reader, reader.tail_first):
         reader.feed(lines, number)
-    del tail
-    found, inits, walked = _search_back(handle, head_end, tail_start, tail_lines, reader)
-    reader.last_line = FROM_END - 1
-    facts.lines_read = head_lines + tail_lines + found + inits
-    mib = 2 ** 20
-    middle = tail_start - head_end
-    facts.diag(0, f"tail mode: read lines 1-{head_lines:,} (the first {head_end / mib:.0f} MiB) and the last "
-                  f"{tail_lines:,} lines (the last {(size - tail_start) / mib:.0f} MiB) of {size / mib:,.0f} MiB, "
-                  "whose line numbers count back from the end of the file (-1 is the last line: "
-                  "`tail -n N FILE | head -n 1` shows line -N); of the "
-                  f"{middle / mib:,.0f} MiB between, {walked / mib:,.0f} MiB were searched backwards for "
-                  f"{found:,} last call(s) of processes and communicators the tail does not show and "
-                  f"{inits:,} init line(s) of communicators it uses; warnings and other lines there are not "
-                  "read: parse with full=True (--full) to read every line", "info")
+    return head_lines, tail_start, tail_lines
+
+
+def _head_end(handle, whole: int) -> int:
+    """Where the head ends: at HEAD_FIRST, or 4, 16, ... times that, the
+    first of these after which the first HEAD_BYTES (up to `whole`, a line
+    start) hold only calls: as many lines as `: opCount ` and no `\\r`
+    gluing two lines into one. Init, topology, warning and other lines
+    there are read in the head; the calls there are older than the tail's,
+    and the backward search, which starts where the head ends, finds those
+    it needs."""
+    end = _line_start_after(handle, min(HEAD_FIRST, HEAD_BYTES))
+    if end >= whole:
+        return whole
+    handle.seek(end)
+    rest = handle.read(whole - end)
+    first = end
+    while end < whole:
+        at = end - first
+        if rest.find(b"\r", at) < 0 and rest.count(b"\n", at) == rest.count(b": opCount ", at):
+            return end
+        end = _line_start_after(handle, min(4 * end, whole))
+    return whole
+
+
+def _tail_for(handle, size: int, head_end: int, keys: list[bytes]) -> int:
+    """How long a tail holds the newest COMM_WINDOW calls of each process
+    in `keys`, by byte searches in the last TAIL_BYTES (lines holding
+    `host:pid:` and `: opCount `); TAIL_BYTES when one has fewer there.
+    An estimate: the reader that reads that tail has the last word."""
+    start = max(head_end, size - TAIL_BYTES)
+    handle.seek(start)
+    data = handle.read(size - start)
+    need = 0
+    for key in keys:
+        needle = key + b":"
+        at, count = len(data), 0
+        while count < COMM_WINDOW:
+            at = data.rfind(needle, 0, at)
+            if at < 0:
+                return TAIL_BYTES
+            line_start = data.rfind(b"\n", 0, at) + 1
+            line_end = data.find(b"\n", at)
+            if data.find(b": opCount ", at, len(data) if line_end < 0 else line_end) >= 0:
+                count += 1
+            at = line_start
+        need = max(need, len(data) - at)
+    return need
+
+
+def _amount(size: int) -> str:
+    """A byte count as the tail-mode note gives it."""
+    return f"{size / 2 ** 20:,.1f} MiB" if size >= 1 << 20 else f"{size / 1024:,.0f} KiB"
 
 
 def _search_back(handle, head_end: int, tail_start: int, tail_lines: int, reader: "_Reader") -> tuple[int, int, int]:
@@ -659,7 +755,7 @@ def _line_start_before(handle, pos: int, floor: int) -> int:
     return floor
 
 
-_POINTER_HIT = re.compile(rb"comm (0x[0-9a-fA-F]+) \[nranks=")
+_POINTER_HIT = lazy.regex(rb"comm (0x[0-9a-fA-F]+) \[nranks=")
 
 
 def _pointer_hits(chunk: bytes, by_comm: dict) -> Iterator[tuple[int, bytes]]:
@@ -1380,6 +1476,13 @@ class _Reader:
         proc.late_errors.append(error)
 
     # -- tail mode
+
+    def short_in_tail(self) -> list[bytes]:
+        """Processes whose newest COMM_WINDOW calls are not all in the tail:
+        a longer tail would change the calls their record and views keep."""
+        tail = self.tail_first
+        return [key for key, proc in self.procs.items()
+                if len(proc.recent) < COMM_WINDOW or proc.recent[0][0] < tail]
 
     def init_targets(self) -> dict[bytes, set]:
         """{pointer: {process}}: communicators the tail's calls use whose

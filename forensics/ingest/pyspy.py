@@ -40,7 +40,6 @@ What the text cannot tell, and what we assume:
 from __future__ import annotations
 
 import json
-import re
 import threading
 from json.decoder import JSONDecodeError
 
@@ -63,12 +62,12 @@ _LINE_CACHE_CHARS = 16 * 1024 * 1024
 
 _MASK = "\x00"                # a masked address or id; NUL never survives _clean()
 _SKIPPED = "\x01"             # stands for a line too long to keep; likewise removed by _clean()
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_ANSI = lazy.regex(r"\x1b\[[0-9;]*m")
 # Hex addresses anywhere (group kept: re.split returns the values between
 # the text around them). Header ids are masked by `_mask`, not here: a
 # lookbehind alternative would make the scan twenty times slower.
-_ADDRESS = re.compile(r"(0[xX][0-9a-fA-F]+)")
-_HEADER_ID = re.compile(r"(?:Thread|Process|Parent Process) (0[xX][0-9a-fA-F]+|[0-9]+)")
+_ADDRESS = lazy.regex(r"(0[xX][0-9a-fA-F]+)")
+_HEADER_ID = lazy.regex(r"(?:Thread|Process|Parent Process) (0[xX][0-9a-fA-F]+|[0-9]+)")
 # Every alternative of the grammar starts with one of these: a line that
 # starts with none of them is unrecognized without asking lark (binary junk
 # would otherwise cost a parse per line).
@@ -78,20 +77,20 @@ _RULE_PREFIXES = ("---", "\u2500\u2500\u2500")
 
 # What a line-less `(location)` of a --native frame looks like: a shared
 # object, an executable (a static `python3.12`), `?` or `[vdso]`; never a .py.
-_NATIVE_MODULE = re.compile(
+_NATIVE_MODULE = lazy.regex(
     r"(?!.*\.py[cdiwx]?$)"
     r"(?:\?|\[.*\]|(?:.*/)?(?:lib[^/]*|[^/]*\.(?:so(?:\.[\w.]+)?|dylib|dll|pyd|exe)|python[\d.]*[a-z]?))")
 _NATIVE_SOURCE_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".c++", ".h", ".hh", ".hpp", ".hxx", ".cu",
                            ".cuh", ".inl", ".ipp", ".tcc", ".rs", ".s", ".S", ".go", ".f90")
 _RANK_NAMES = ("rank", "global_rank", "RANK")
-_RANK_VALUE = re.compile(r'-?[0-9]{1,9}|"-?[0-9]{1,9}"|\'-?[0-9]{1,9}\'')
+_RANK_VALUE = lazy.regex(r'-?[0-9]{1,9}|"-?[0-9]{1,9}"|\'-?[0-9]{1,9}\'')
 
 # ------------------------------------------------------------------ sniffing
 
-_SNIFF_PROCESS = re.compile(rb"Process \d+: [^\n]*\r?\nPython v")
-_SNIFF_THREAD = re.compile(rb"Thread (?:0[xX][0-9a-fA-F]+|\d+) \((?:idle|active|active\+gil)\)")
-_SNIFF_JSON_START = re.compile(rb"\[\s*\{")
-_SNIFF_JSON_KEY = re.compile(rb'"(thread_id|frames|owns_gil|os_thread_id|short_filename)"\s*:')
+_SNIFF_PROCESS = lazy.regex(rb"Process \d+: [^\n]*\r?\nPython v")
+_SNIFF_THREAD = lazy.regex(rb"Thread (?:0[xX][0-9a-fA-F]+|\d+) \((?:idle|active|active\+gil)\)")
+_SNIFF_JSON_START = lazy.regex(rb"\[\s*\{")
+_SNIFF_JSON_KEY = lazy.regex(rb'"(thread_id|frames|owns_gil|os_thread_id|short_filename)"\s*:')
 
 
 def sniff(path: str, head: bytes) -> str | None:
@@ -459,7 +458,7 @@ def _clean(text: str) -> str:
 
 # A newline followed by a line that is not indented: headers, blanks, junk.
 # Indented lines (the bulk of a dump) are never visited one by one here.
-_BOUNDARY = re.compile(r"\n(?!    )")
+_BOUNDARY = lazy.regex(r"\n(?!    )")
 
 
 class _Process:

@@ -70,13 +70,13 @@ MAX_BAD_IN_BLOCK = 16         # lines dropped from one block before the rest of 
 _BLOCK_CACHE_CHARS = 32 * 1024 * 1024
 
 _MASK = "\x00"
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-_ADDRESS = re.compile(r"0[xX][0-9a-fA-F]+")
-_HEADER_TID = re.compile(r"(Traceback for thread )(\d+)")
+_ANSI = lazy.regex(r"\x1b\[[0-9;]*m")
+_ADDRESS = lazy.regex(r"0[xX][0-9a-fA-F]+")
+_HEADER_TID = lazy.regex(r"(Traceback for thread )(\d+)")
 
 # ------------------------------------------------------------------ sniffing
 
-_SNIFF = re.compile(
+_SNIFF = lazy.regex(
     rb"^(?:Traceback for thread \d+ [^\n]*\(most recent call last\):"
     rb"|The frame stack for thread \d+ is empty"
     rb"|Using executable found in the core file: "
@@ -98,27 +98,27 @@ def sniff(path: str, head: bytes) -> str | None:
 # ------------------------------------------------------------------ process lines
 
 _PROCESS_LINES = (
-    ("exe", re.compile(r"Using executable found in the core file: (?P<value>.+)")),
-    ("core", re.compile(r"Core file information:\s*")),
-    ("state", re.compile(r"state: \S* zombie: \S* niceness: \S*\s*")),
-    ("pid", re.compile(r"pid: (?P<pid>\d{1,9}) ppid: \d+ sid: \d+\s*")),
-    ("ids", re.compile(r"uid: \S+ gid: \S+ pgrp: \S+\s*")),
-    ("command", re.compile(r"executable: \S* arguments: ?(?P<value>.*)")),
-    ("signal", re.compile(r"The process died due receiving signal (?P<value>[A-Z0-9_]+)(?: sent by pid \d+)?\s*")),
-    ("segv", re.compile(r"The process died due a segmentation fault accessing address: (?P<value>0x[0-9a-fA-F]+)\s*")),
-    ("on_demand", re.compile(r"The core file seems to have been generated on demand \(the process did not crash\)\s*")),
-    ("empty", re.compile(r"The frame stack for thread (?P<value>\d+) is empty\s*")),
-    ("log", re.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\(\w+\): (?P<value>.*)")),
-    ("failure", re.compile(r"\U0001F480 (?P<value>.*?) \U0001F480\s*")),
-    ("command_echo", re.compile(r"\$ (?:\S*/)?pystack (?:remote|core)\b.*")),
+    ("exe", lazy.regex(r"Using executable found in the core file: (?P<value>.+)")),
+    ("core", lazy.regex(r"Core file information:\s*")),
+    ("state", lazy.regex(r"state: \S* zombie: \S* niceness: \S*\s*")),
+    ("pid", lazy.regex(r"pid: (?P<pid>\d{1,9}) ppid: \d+ sid: \d+\s*")),
+    ("ids", lazy.regex(r"uid: \S+ gid: \S+ pgrp: \S+\s*")),
+    ("command", lazy.regex(r"executable: \S* arguments: ?(?P<value>.*)")),
+    ("signal", lazy.regex(r"The process died due receiving signal (?P<value>[A-Z0-9_]+)(?: sent by pid \d+)?\s*")),
+    ("segv", lazy.regex(r"The process died due a segmentation fault accessing address: (?P<value>0x[0-9a-fA-F]+)\s*")),
+    ("on_demand", lazy.regex(r"The core file seems to have been generated on demand \(the process did not crash\)\s*")),
+    ("empty", lazy.regex(r"The frame stack for thread (?P<value>\d+) is empty\s*")),
+    ("log", lazy.regex(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\(\w+\): (?P<value>.*)")),
+    ("failure", lazy.regex(r"\U0001F480 (?P<value>.*?) \U0001F480\s*")),
+    ("command_echo", lazy.regex(r"\$ (?:\S*/)?pystack (?:remote|core)\b.*")),
 )
 # Signals that stop a process without ending it: what a core of a live process says.
 _LIVE_SIGNALS = {"SIGSTOP", "SIGTSTP", "SIGTTIN", "SIGTTOU"}
 
-_HEADER_FIELDS = re.compile(r"Traceback for thread (?P<tid>\x00|\d+)(?: \((?P<name>.*)\))?"
+_HEADER_FIELDS = lazy.regex(r"Traceback for thread (?P<tid>\x00|\d+)(?: \((?P<name>.*)\))?"
                             r"(?: \[(?P<status>[^\]]*)\])? \(most recent call last\):[ \t]*")
-_PY_FIELDS = re.compile(r'    \(Python\) File "(?P<file>.*)", line (?P<line>\d{1,9}), in (?P<scope>.*)')
-_C_FIELDS = re.compile(r'    \(C\) File "(?P<path>.*?)", line (?P<line>\d{1,9}), in (?P<rest>.*)')
+_PY_FIELDS = lazy.regex(r'    \(Python\) File "(?P<file>.*)", line (?P<line>\d{1,9}), in (?P<scope>.*)')
+_C_FIELDS = lazy.regex(r'    \(C\) File "(?P<path>.*?)", line (?P<line>\d{1,9}), in (?P<rest>.*)')
 _UNKNOWN_FILES = ("???", "")
 _SECTION_INDENT = ("      Arguments:", "      Locals:")
 _VARIABLE_INDENT = "        "

@@ -66,7 +66,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import re
 
 from .. import lazy, messages
 from ..model import Evidence, Frame, ProcessDump, ProcessRecord, ThreadStack
@@ -76,7 +75,7 @@ from .grammar import parser
 from .reader import reader_hooks
 from .statements import HEAD_WINDOW, TAIL_WINDOW, _read as read_windows  # a big file's head and tail
 from .textio import HEAD_BYTES, InputError, compression, has_nul, looks_binary, open_regular
-from .torchlog import _ANSI, _LABEL, _OUTER, LABEL_HEAD_LINES, labelled  # the prefixes c10d logs carry too
+from .torchlog import _ANSI, _ANSI_PATTERN, _LABEL, _OUTER, LABEL_HEAD_LINES, labelled  # the prefixes c10d logs carry too
 
 KIND_TRACEBACK = "traceback"
 KIND_FAULTHANDLER = "faulthandler"
@@ -103,12 +102,12 @@ EVIDENCE_CHARS = 2000
 _MARKERS = ("most recent call", "Fatal Python error")
 _LEADS = ("Timeout (", "Windows fatal exception: ", "Exception in thread ", "Exception ignored")
 LOOKBACK = 64                 # lines before a marker searched for a lead
-_SNIFF_TRACEBACK = re.compile(rb"Traceback \(most recent call last\):")
-_SNIFF_FAULTHANDLER = re.compile(
+_SNIFF_TRACEBACK = lazy.regex(rb"Traceback \(most recent call last\):")
+_SNIFF_FAULTHANDLER = lazy.regex(
     rb"(?:Current thread|Thread) 0x[0-9a-fA-F]+ \(most recent call first\):"
     rb"|Stack \(most recent call first\):|Fatal Python error(?::| from unexpected signum:) "
     rb"|Timeout \(\d+:\d\d:\d\d(?:\.\d+)?\)!")
-_ANSI_BYTES = re.compile(_ANSI.pattern.encode())
+_ANSI_BYTES = lazy.regex(_ANSI_PATTERN.encode())
 
 
 def sniff(path: str, head: bytes) -> str | None:
@@ -242,7 +241,7 @@ _BLANK = ("blank",)
 _PARSED = BoundedCache(8 << 20)
 
 
-_THREAD_ID = re.compile(r"((?:Current thread|Thread) )(0x[0-9a-fA-F]+)")
+_THREAD_ID = lazy.regex(r"((?:Current thread|Thread) )(0x[0-9a-fA-F]+)")
 
 
 def _parse_line(body: str) -> tuple:
@@ -272,17 +271,17 @@ def _parse_cached(body: str) -> tuple:
 
 
 # The prefixes a line may carry besides torchlog's `_OUTER` ones.
-_STAMP = re.compile(r"\[\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?\] ?"
+_STAMP = lazy.regex(r"\[\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?\] ?"
                     r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)? ")
 # A line that starts another program's record, never an exception message's continuation.
-_LOG_HEAD = re.compile(r"\[?[FEWIV]\d{4} \d\d:\d\d:\d\d|\[[FEWIV] |(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):"
+_LOG_HEAD = lazy.regex(r"\[?[FEWIV]\d{4} \d\d:\d\d:\d\d|\[[FEWIV] |(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):"
                        r"|\[\d{4}-\d\d-\d\d |\*{5,}")
-_GROUP_MARGIN = re.compile(r"( *)([|+])(.*)")
+_GROUP_MARGIN = lazy.regex(r"( *)([|+])(.*)")
 # Lines that tie torchrun's local rank to the global rank, in a console of
 # one agent: its workers' `[default3]:[rank3]:` lines and its failure
 # summary's `rank : 3 (local_rank: 3)`.
 _ALIAS_LITERALS = ("]:[rank", "(local_rank: ")
-_ALIAS = re.compile(r"\[default(\d{1,7})\]:\[rank(\d{1,7})\]:|rank +: (\d{1,7}) \(local_rank: (\d{1,7})\)")
+_ALIAS = lazy.regex(r"\[default(\d{1,7})\]:\[rank(\d{1,7})\]:|rank +: (\d{1,7}) \(local_rank: (\d{1,7})\)")
 MAX_ALIAS_LINES = 4096        # lines looked at per literal: enough to meet every local rank
 # Tracebacks of the tools around the job, not of its ranks: torchrun's agent
 # (its ChildFailedError, a SignalException when it is killed) and PyTorch's
@@ -312,11 +311,11 @@ class _Key(tuple):
 
 _FILE = _Key((None, None, "", None, None, ""))
 # Where a report starts inside a line whose front is not a prefix we know.
-_START_INSIDE = re.compile(r"Traceback \(most recent call last\):|Fatal Python error|Timeout \(\d+:\d\d:\d\d"
+_START_INSIDE = lazy.regex(r"Traceback \(most recent call last\):|Fatal Python error|Timeout \(\d+:\d\d:\d\d"
                            r"|(?:Current thread|Thread) 0x[0-9a-fA-F]+ \(most recent call first\):"
                            r"|Stack \(most recent call first\):|Exception in thread |Windows fatal exception: ")
 MAX_LEARNED_PREFIX = 300
-_RAY_REPEAT = re.compile(r" ?\[repeated \d{1,9}x across cluster\]$")
+_RAY_REPEAT = lazy.regex(r" ?\[repeated \d{1,9}x across cluster\]$")
 
 
 class _Line:

@@ -52,10 +52,10 @@ pickle"/"unreadable pickle" reason; nothing in the file runs.
 from __future__ import annotations
 
 import gc
+import functools
 import io
 import os
 import pickle
-import pickletools
 import threading
 from collections import Counter
 from itertools import compress, repeat
@@ -90,15 +90,24 @@ _LINE_ARGS = frozenset({"INT", "LONG", "FLOAT", "STRING", "UNICODE", "GET"})
 _MARK, _TOMARK, _COUNTED, _LINE, _PUT, _UNSAFE, _STOP, _PROTO, _FRAME, _LONG, _MEMOIZE = range(-1, -12, -1)
 _UNKNOWN = -100
 
-_NAMES: dict[int, str] = {}
-_KIND = [_UNKNOWN] * 256
-_COUNT_SIZE = [0] * 256  # bytes of the length prefix of counted opcodes
+class _Tables:
+    """The scanner's view of each opcode byte, from pickletools."""
+
+    __slots__ = ("names", "step", "count_size", "signed", "binput", "long_binput", "number_lines")
 
 
-def _build_tables() -> None:
+@functools.lru_cache(maxsize=None)
+def _tables() -> _Tables:
+    """Built on the first scan: importing pickletools costs more than the
+    fast load of a whole dump, and only the detailed path needs it."""
+    import pickletools
+
+    names: dict[int, str] = {}
+    kinds = [_UNKNOWN] * 256
+    count_size = [0] * 256  # bytes of the length prefix of counted opcodes
     for op in pickletools.opcodes:
         code = op.code.encode("latin-1")[0]
-        _NAMES[code] = op.name
+        names[code] = op.name
         arg = op.arg
         if op.name in _FORBIDDEN:
             kind = _UNSAFE
@@ -126,22 +135,23 @@ def _build_tables() -> None:
             kind = arg.n
         else:  # counted: the argument is a length prefix, then that many bytes
             kind = _COUNTED
-        _KIND[code] = kind
+        kinds[code] = kind
         if arg is not None and arg.n < 0 and arg.n != pickletools.UP_TO_NEWLINE:
             # TAKEN_FROM_ARGUMENT1/4/4U/8U: a 1-, 4- or 8-byte length prefix
-            _COUNT_SIZE[code] = {pickletools.TAKEN_FROM_ARGUMENT1: 1,
-                                 pickletools.TAKEN_FROM_ARGUMENT4: 4,
-                                 pickletools.TAKEN_FROM_ARGUMENT4U: 4,
-                                 pickletools.TAKEN_FROM_ARGUMENT8U: 8}[arg.n]
-
-
-_build_tables()
-# The scan's table: a plain opcode's whole length (> 0), else its special kind.
-_STEP = [kind + 1 if kind >= 0 else kind for kind in _KIND]
-_CODES = {name: code for code, name in _NAMES.items()}
-_SIGNED = frozenset({_CODES["BINSTRING"], _CODES["LONG4"]})
-_BINPUT, _LONG_BINPUT = _CODES["BINPUT"], _CODES["LONG_BINPUT"]
-_NUMBER_LINES = frozenset({_CODES["INT"], _CODES["LONG"], _CODES["GET"]})
+            count_size[code] = {pickletools.TAKEN_FROM_ARGUMENT1: 1,
+                                pickletools.TAKEN_FROM_ARGUMENT4: 4,
+                                pickletools.TAKEN_FROM_ARGUMENT4U: 4,
+                                pickletools.TAKEN_FROM_ARGUMENT8U: 8}[arg.n]
+    codes = {name: code for code, name in names.items()}
+    tables = _Tables()
+    tables.names = names
+    # A plain opcode's whole length (> 0), else its special kind.
+    tables.step = [kind + 1 if kind >= 0 else kind for kind in kinds]
+    tables.count_size = count_size
+    tables.signed = frozenset({codes["BINSTRING"], codes["LONG4"]})
+    tables.binput, tables.long_binput = codes["BINPUT"], codes["LONG_BINPUT"]
+    tables.number_lines = frozenset({codes["INT"], codes["LONG"], codes["GET"]})
+    return tables
 
 
 class _PlainData(pickle.Unpickler):
@@ -368,7 +378,9 @@ def scan(data: bytes, display: str, *, max_depth: int = MAX_DEPTH, max_items: in
     offset after STOP. Raises InputError for anything unsafe or malformed.
     (A plain loop rather than pickletools.genops: it is the cost of every
     dump read, and this is several times faster.)"""
-    steps, count_size, signed_codes = _STEP, _COUNT_SIZE, _SIGNED
+    tables = _tables()
+    names, steps, count_size, signed_codes = tables.names, tables.step, tables.count_size, tables.signed
+    binput, long_binput, number_lines = tables.binput, tables.long_binput, tables.number_lines
     from_bytes = int.from_bytes
     size = len(data)
     pos = ops = marks = memo = 0
@@ -380,16 +392,16 @@ def scan(data: bytes, display: str, *, max_depth: int = MAX_DEPTH, max_items: in
             if kind > 0:
                 pos += kind
             elif kind == _PUT:
-                if code == _BINPUT:
+                if code == binput:
                     index, after = data[pos + 1], pos + 2
-                elif code == _LONG_BINPUT:
+                elif code == long_binput:
                     index, after = from_bytes(data[pos + 1:pos + 5], "little"), pos + 5
                 else:
                     index, after = _text_put(data, pos, display)
                 if index > memo:
                     if after > size:
                         raise IndexError
-                    raise InputError(display, f"unsafe pickle: {_NAMES[code]} at byte {pos} puts memo slot "
+                    raise InputError(display, f"unsafe pickle: {names[code]} at byte {pos} puts memo slot "
                                               f"{index} while only {memo} are in use (only plain data is accepted)")
                 if index == memo:
                     memo += 1
@@ -401,11 +413,11 @@ def scan(data: bytes, display: str, *, max_depth: int = MAX_DEPTH, max_items: in
                     raise _truncated(display, code, pos, width, size - pos - 1)
                 length = from_bytes(data[pos + 1:start], "little", signed=code in signed_codes)
                 if length < 0:
-                    raise InputError(display, f"unsafe pickle: {_NAMES[code]} at byte {pos} has a negative length")
+                    raise InputError(display, f"unsafe pickle: {names[code]} at byte {pos} has a negative length")
                 if start + length > size:
                     raise _truncated(display, code, pos, length, size - start)
                 if kind == _LONG and length > MAX_INT_BYTES:
-                    raise InputError(display, f"unsafe pickle: {_NAMES[code]} at byte {pos} holds a {length}-byte "
+                    raise InputError(display, f"unsafe pickle: {names[code]} at byte {pos} holds a {length}-byte "
                                               f"integer (only plain data is accepted)")
                 pos = start + length
             elif kind == _MARK:
@@ -424,8 +436,8 @@ def scan(data: bytes, display: str, *, max_depth: int = MAX_DEPTH, max_items: in
                 newline = data.find(b"\n", pos + 1)
                 if newline < 0:
                     raise _truncated(display, code, pos, 0, 0)
-                if newline - pos > 4096 and code in _NUMBER_LINES:
-                    raise InputError(display, f"unsafe pickle: {_NAMES[code]} at byte {pos} holds a "
+                if newline - pos > 4096 and code in number_lines:
+                    raise InputError(display, f"unsafe pickle: {names[code]} at byte {pos} holds a "
                                               f"{newline - pos}-digit number (only plain data is accepted)")
                 pos = newline + 1
             elif kind == _STOP:
@@ -446,7 +458,7 @@ def scan(data: bytes, display: str, *, max_depth: int = MAX_DEPTH, max_items: in
                     raise _truncated(display, code, pos, length, size - pos - 9)
                 pos += 9
             elif kind == _UNSAFE:
-                raise InputError(display, f"unsafe pickle: {_NAMES[code]} at byte {pos} "
+                raise InputError(display, f"unsafe pickle: {names[code]} at byte {pos} "
                                           f"(only plain data is accepted)")
             else:
                 raise InputError(display, f"not a pickle: unknown opcode 0x{code:02x} at byte {pos}")
@@ -463,7 +475,7 @@ def _text_put(data: bytes, pos: int, display: str) -> tuple[int, int]:
 
 
 def _truncated(display: str, code: int, pos: int, wanted: int, left: int) -> InputError:
-    return InputError(display, f"truncated pickle: {_NAMES[code]} at byte {pos} declares {wanted} bytes "
+    return InputError(display, f"truncated pickle: {_tables().names[code]} at byte {pos} declares {wanted} bytes "
                                f"but {max(left, 0)} remain")
 
 

@@ -33,6 +33,7 @@ import re
 from dataclasses import dataclass, replace
 
 from .. import model as m
+from .. import lazy
 from ..model import CommOp, Evidence, Frame, ProcessDump, ThreadStack
 
 # ------------------------------------------------------------------ vocabularies
@@ -73,12 +74,12 @@ _C10D_OPS = {
     "gather": "gather", "scatter": "scatter",
 }
 _C10D_NAMES = "|".join(sorted(_C10D_OPS, key=len, reverse=True))
-_DISPATCH = re.compile(
+_DISPATCH = lazy.regex(
     rf"c10d::ProcessGroup(?:Wrapper|Gloo|NCCL|MPI|UCC)?::({_C10D_NAMES})\b(?!::)"
     rf"|c10d::ops::(?:\(anonymous namespace\)::)?({_C10D_NAMES})_?(?:CUDA|CPU|PrivateUse1|Meta)\b")
 # Gloo runs each collective as an Async…Work (plain or CUDA); gloo's own
 # algorithms wait in UnboundBuffer::waitRecv, so these name the op there.
-_GLOO_WORK = re.compile(
+_GLOO_WORK = lazy.regex(
     r"\bAsync(SparseAllreduce|AllreduceCoalesced|Allreduce|Broadcast|ReduceScatter|Reduce|"
     r"AllgatherCoalesced|Allgather|Gather|Scatter|Alltoall|Barrier)(?:CUDA)?Work\b")
 _GLOO_OPS = {"SparseAllreduce": "all_reduce", "AllreduceCoalesced": "all_reduce", "Allreduce": "all_reduce",
@@ -106,7 +107,7 @@ _NATIVE_COMM = (
 # Not WorkNCCL::isCompleted (the watchdog calls it too; under a blocking wait
 # the wait frame further out says so), nor NCCL's proxy and RAS threads'
 # calls: those threads must not read as a second thread inside a collective.
-_COMM_UNKNOWN = re.compile(
+_COMM_UNKNOWN = lazy.regex(
     r"\bc10d::(?:\w+::)*\w*Work\w*::(?:wait|synchronize\w*)\b|\bc10d\b.*\bwait_tensor\b|ProcessGroupWrapper"
     r"|\bp?nccl(?:GroupEnd|EnqueueCheck|LaunchKernel|LaunchPrepare|CommInitRank|CommSplit|CommFinalize)\w*"
     r"|\bncclKernel_|\bncclDevKernel_")
@@ -116,13 +117,13 @@ _COMM_UNKNOWN = re.compile(
 # for isBarrierOp_ since): other works only make the current stream wait on
 # an event, or poll it (TORCH_NCCL_BLOCKING_WAIT). So a host sync under a
 # WorkNCCL wait names the op when no Python frame does.
-_NCCL_WORK_WAIT = re.compile(r"ProcessGroupNCCL::WorkNCCL::(?:wait|synchronize\w*)\b")
+_NCCL_WORK_WAIT = lazy.regex(r"ProcessGroupNCCL::WorkNCCL::(?:wait|synchronize\w*)\b")
 _NATIVE_STORE = ("c10d::TCPStore", "c10d::detail::TCPClient", "c10d::PrefixStore")
 
 # The host waits for the device: a CUDA/HIP synchronize, a blocking copy,
 # `.item()` (at::native::_local_scalar_dense_cuda → at::cuda::memcpy_and_sync),
 # c10's stream/event/device synchronize, torch.cuda.synchronize's binding.
-_DEVICE_SYNC = re.compile(
+_DEVICE_SYNC = lazy.regex(
     r"\b(?:cuda|cu|hip|cudaApi)(?:Stream|Event|Device|Ctx|Thread)Synchronize\b|\b(?:cuda|hip)Memcpy(?:2D|3D|Peer)?\b"
     r"|\bcuMemcpy(?:DtoH|HtoD|DtoD|Peer)?(?:_v2)?\b|native::_local_scalar_dense|\bmemcpy_and_sync\b"
     r"|\bCUDAStream::synchronize\b|\b(?:stream|device)_synchronize\b|\bCUDAEvent::synchronize\b"
@@ -131,32 +132,32 @@ _DEVICE_SYNC = re.compile(
 # record, a stream wait, or unsymbolized driver code. A thread stuck there waits
 # on the device (a full launch queue, the context lock), but a busy rank is
 # often caught there too: a weaker reading than a sync.
-_DRIVER_LIBRARY = re.compile(r"lib(?:cuda|cudart|amdhip64|hsa-runtime64)\.so")
-_DRIVER_CALL = re.compile(r"(?:cuda|cu|hip)[A-Z]\w*$|cudart::")
+_DRIVER_LIBRARY = lazy.regex(r"lib(?:cuda|cudart|amdhip64|hsa-runtime64)\.so")
+_DRIVER_CALL = lazy.regex(r"(?:cuda|cu|hip)[A-Z]\w*$|cudart::")
 # The autograd engine (torch/csrc/autograd/engine.cpp, python_engine.cpp): a
 # thread in backward() waits for its ready queue while device threads run.
-_ENGINE = re.compile(r"torch::autograd::(?:python::Python)?Engine::(?:execute\w*|thread_main|thread_init)\b"
+_ENGINE = lazy.regex(r"torch::autograd::(?:python::Python)?Engine::(?:execute\w*|thread_main|thread_init)\b"
                      r"|torch::autograd::ReadyQueue::pop\b|\bTHPEngine_run_backward\b")
-_AUTOGRAD_THREAD = re.compile(r"^pt_autograd")
+_AUTOGRAD_THREAD = lazy.regex(r"^pt_autograd")
 
 # CPython's lock, queue and GIL waits, and libc's (Python/thread_pthread.h,
 # Modules/_threadmodule.c, _queuemodule.c, _multiprocessing/semaphore.c, ceval_gil.c).
-_NATIVE_GIL = re.compile(r"\b(?:take_gil|drop_gil|PyEval_RestoreThread|PyEval_AcquireThread|PyGILState_Ensure)\b"
+_NATIVE_GIL = lazy.regex(r"\b(?:take_gil|drop_gil|PyEval_RestoreThread|PyEval_AcquireThread|PyGILState_Ensure)\b"
                          r"|^Waiting for the GIL$")
-_NATIVE_WAIT = re.compile(
+_NATIVE_WAIT = lazy.regex(
     r"\bPyThread_acquire_lock(?:_timed)?\b|\b_queue_SimpleQueue_get\w*|\b_multiprocessing_SemLock_acquire\w*|\bsemlock_acquire\b"
     r"|pthread_cond_(?:timed|clock)?wait|futex|sem_(?:timed|clock)?wait|__lll_lock_wait"
     r"|pthread_mutex_(?:timed|clock)?lock|condition_variable::wait|std::thread::join|pthread_join"
     r"|epoll_wait|\b(?:__GI___|__)?p?poll\b|\bselect_poll_poll\w*|\bp?select\b|\bsyscall\b|\bsched_yield\b")
-_SLEEP = re.compile(r"(^|\.)sleep$|time_sleep|clock_nanosleep|nanosleep|\busleep\b|sleep_for\b")
+_SLEEP = lazy.regex(r"(^|\.)sleep$|time_sleep|clock_nanosleep|nanosleep|\busleep\b|sleep_for\b")
 # py-bt shows C calls as `<built-in method NAME of TYPE object at …>`.
-_BUILTIN = re.compile(r"<built-in (?:method|function) (\w+)")
+_BUILTIN = lazy.regex(r"<built-in (?:method|function) (\w+)")
 _BUILTIN_WAITS = {"acquire", "get", "put", "wait", "join", "poll", "select", "_wait_for_tstate_lock"}
 
-_DATA_WORDS = re.compile(r"load|batch|data|loader|prefetch|shard|sample|fetch|collate|tokeni", re.I)
-_IO_WORDS = re.compile(r"checkpoint|ckpt|save|serialize|write|upload|flush|persist|dump_state", re.I)
+_DATA_WORDS = lazy.regex(r"load|batch|data|loader|prefetch|shard|sample|fetch|collate|tokeni", re.I)
+_IO_WORDS = lazy.regex(r"checkpoint|ckpt|save|serialize|write|upload|flush|persist|dump_state", re.I)
 
-_BACKGROUND_NAMES = re.compile(
+_BACKGROUND_NAMES = lazy.regex(
     r"pt_nccl|pt_gloo|gloo_tcp|pt_autograd|pin_memory|tqdm|NCCL|pt_elastic|heartbeat|watchdog|"
     r"QueueFeederThread|Thread-\d+ \(_monitor\)", re.I)
 
@@ -512,7 +513,7 @@ def _chain_end(frames, kinds, index: int, chain: tuple[str, ...]) -> int:
     return last
 
 
-_GROUP_OBJECT = re.compile(r"ProcessGroup\w* (?:object )?at (0x[0-9a-f]+)")
+_GROUP_OBJECT = lazy.regex(r"ProcessGroup\w* (?:object )?at (0x[0-9a-f]+)")
 
 
 def _group(frames, index: int) -> str:
@@ -555,7 +556,7 @@ def _group(frames, index: int) -> str:
 
 
 # py-spy's repr of a container it does not show whole ends its items with "...".
-_CUT_SHORT = re.compile(r"(?:^|[,(\[{]\s*)\.\.\.\s*[)\]}]?\s*$")
+_CUT_SHORT = lazy.regex(r"(?:^|[,(\[{]\s*)\.\.\.\s*[)\]}]?\s*$")
 
 
 def _group_name(frames, address: str) -> str | None:

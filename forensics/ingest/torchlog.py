@@ -99,9 +99,9 @@ MAX_GLUED = 8                # log lines looked for inside one line of other out
 # ---------------------------------------------------------------- sniffing
 
 _ANSI_PATTERN = r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]"  # CSI sequences (colours, tqdm's cursor moves)
-_ANSI_BYTES = re.compile(_ANSI_PATTERN.encode())
+_ANSI_BYTES = lazy.regex(_ANSI_PATTERN.encode())
 _OUTER_BYTES = rb"(?: *\d{1,6}: )?(?:\[(?:rank|default)\d+\]:|\([^()\n]*pid=\d+[^()\n]*\) ?)*"
-_SNIFF = re.compile(
+_SNIFF = lazy.regex(
     rb"\[[FEWIV]\d{3,4} \d\d:\d\d:\d\d\.\d{6,9} [\w.\-]+\.(?:cpp|cc|h|hpp|cu|cxx):\d+\] "
     rb"|^" + _OUTER_BYTES + rb"\[[FEWIV] [\w\-]+\.(?:cpp|cc|h|hpp|cu|cxx):\d+\] "
     rb"|^" + _OUTER_BYTES + rb"[FEWIV]\d{4} \d\d:\d\d:\d\d\.\d{6} +\d+ \S*torch/distributed/\S+\.py:\d+\] "
@@ -120,7 +120,7 @@ _SNIFF = re.compile(
 # multi-line regex runs, which cost 2.5 ms per 64 KiB head.
 _SNIFF_LITERALS = (b"torch.distributed.", b"ChildFailedError", b"Root Cause", b"Detected mismatch",
                    b"monitoredBarrier", b"Timed out waiting")
-_SNIFF_PREFIXES = re.compile(rb"[FEWIV]\d{3,4} \d\d:\d\d:\d\d\.\d{6}|\.(?:cpp|cc|h|hpp|cu|cxx):\d+\] ")
+_SNIFF_PREFIXES = lazy.regex(rb"[FEWIV]\d{3,4} \d\d:\d\d:\d\d\.\d{6}|\.(?:cpp|cc|h|hpp|cu|cxx):\d+\] ")
 
 
 def sniff(path: str, head: bytes) -> bool:
@@ -558,7 +558,7 @@ class _Records:
         return _events(c)
 
 
-_LOG_WHERE = re.compile(r"[FEWIV]0+ 0+:0+:0+\.0+ +(?P<pid>0+) (?P<glog>[^\]\s]+):0+\]"
+_LOG_WHERE = lazy.regex(r"[FEWIV]0+ 0+:0+:0+\.0+ +(?P<pid>0+) (?P<glog>[^\]\s]+):0+\]"
                         r"|\[[^\]]*\] (?P<stamped>[\w.]+):|[A-Z]+:(?P<plain>[\w.]+):")
 
 _TEMPLATES = _Cache(32 << 20)
@@ -624,12 +624,12 @@ def _specific(template) -> int:
 
 # ---------------------------------------------------------------- cutting the stream into records
 
-_ANSI = re.compile(_ANSI_PATTERN)
-_OUTER = re.compile(r"\[rank(?P<rank>\d{1,7})\]:|\[default(?P<local>\d{1,7})\]:"
+_ANSI = lazy.regex(_ANSI_PATTERN)
+_OUTER = lazy.regex(r"\[rank(?P<rank>\d{1,7})\]:|\[default(?P<local>\d{1,7})\]:"
                     r"|\((?:[A-Za-z_][\w.:\-]*\s+)?pid=(?P<pid>\d{1,10})(?:,\s*ip=(?P<ip>[^)\s]+))?\)\s?")
-_GLUED = re.compile(r"\[(?:rank|default)\d{1,7}\]:|\[[FEWIV]\d{3,4} \d\d:\d\d:\d\d\.\d{6,9} "
+_GLUED = lazy.regex(r"\[(?:rank|default)\d{1,7}\]:|\[[FEWIV]\d{3,4} \d\d:\d\d:\d\d\.\d{6,9} "
                     r"|\[[FEWIV] [\w\-]+\.(?:cpp|cc|cu|cxx):\d+\] \[(?:Rank \d|PG )")  # <= 2.2: no time
-_HEAD = re.compile(r"""
+_HEAD = lazy.regex(r"""
   (?P<c10>\[[FEWIV](?:\d{1,4}\ \d\d:\d\d:\d\d\.\d+)?\ [^\]\s]+:\d+\])
 | (?P<log>[FEWIV]\d{4}\ \d\d:\d\d:\d\d\.\d+\ +\d+\ [^\]\s]+:\d+\]
          | \[\d{4}-\d\d-\d\d\ \d\d:\d\d:\d\d,\d+\]\ torch\.[\w.]*:\ \[[A-Z]+\]
@@ -647,7 +647,7 @@ _HEAD = re.compile(r"""
 | (?P<indent>[ \t]+\S)
 | (?P<chain>The\ above\ exception\ was\ the\ direct\ cause|During\ handling\ of\ the\ above\ exception)
 """, re.X)
-_EXCEPTION_LINE = re.compile(r"[A-Za-z_][\w.]*(?::|\s*$)")
+_EXCEPTION_LINE = lazy.regex(r"[A-Za-z_][\w.]*(?::|\s*$)")
 _NEW_RECORD = frozenset({"c10", "log", "tb", "term", "entry", "marker"})
 _AGENT_LOGGERS = ("torch/distributed/elastic/", "torch/distributed/run.py", "torch/distributed/launch",
                   "torch.distributed.elastic", "torch.distributed.run", "torch.distributed.launch")
@@ -663,25 +663,25 @@ SUMMARY = ("summary",)
 # -- who printed a line: launcher labels, old c10d rank prefixes, the launcher's rank assignment
 
 LABEL_HEAD_LINES = 200  # lines read before deciding whether a file is `srun --label` output
-_LABEL = re.compile(r" *(\d{1,6}): ")  # srun --label: `%0*d: ` (older Slurm) or space-padded
-_LABEL_BYTES = re.compile(rb" *\d{1,6}: ")
+_LABEL = lazy.regex(r" *(\d{1,6}): ")  # srun --label: `%0*d: ` (older Slurm) or space-padded
+_LABEL_BYTES = lazy.regex(rb" *\d{1,6}: ")
 _SLURM_OWN = (b"srun: ", b"slurmstepd: ", b"slurmstepd-")
 # A c10 line's own rank: `[Rank N]` (WorkNCCL's prefix, <= 2.2: group-local, the
 # global rank in the default group) or a PG prefix naming its group.
-_OWN_RANK = re.compile(
+_OWN_RANK = lazy.regex(
     r"(?:\[[FEWIV][^\]\n]{0,80}\]|[FEWIV]\d{4} [\d:.]+ +\d+ [^\]\s]+:\d+\]) +"
     r"\[(?:Rank (?P<rank>\d{1,7})|PG (?:ID \d+ PG GUID )?(?P<guid>[^\s()\]]+)(?: ?\([^)\]\n]*\))? "
     r"Rank (?P<pg_rank>\d{1,7}))\] ")
 # torchelastic's rendezvous result (api.py `_rendezvous`, one field a line in
 # every version), its launch configs, and the world size c10d states.
-_LAUNCH_HINT = re.compile(r"_ranks=|group_rank=|world_sizes?=|restart_count=|WORLD_SIZE|"
+_LAUNCH_HINT = lazy.regex(r"_ranks=|group_rank=|world_sizes?=|restart_count=|WORLD_SIZE|"
                           r"initialization options: size|nproc_per_node|_nodes\s*:|joined round")
-_AGENT_FIELD = re.compile(r"\b(restart_count|group_rank|group_world_size|local_ranks|global_ranks|"
+_AGENT_FIELD = lazy.regex(r"\b(restart_count|group_rank|group_world_size|local_ranks|global_ranks|"
                           r"global_world_sizes)=(\[[\d,\s]*\]|\d{1,9}(?!\d))")
-_LAUNCH_FIELD = re.compile(r"\b(nproc_per_node|min_nodes|max_nodes)\s*:\s*(\d{1,7})\s*$")
-_INIT_SIZE = re.compile(r"initialization options: size: (\d{1,7}), global rank: \d+.*?PG Name: (\S+?),?(?:\s|$)")
-_JOINED = re.compile(r"has joined round \d+ of the rendezvous '[^'\n]*' as rank (\d{1,7}) in a world of size")
-_WORLD_ENV = re.compile(r"\bWORLD_SIZE\s*[=:]\s*['\"]?(\d{1,7})\b")
+_LAUNCH_FIELD = lazy.regex(r"\b(nproc_per_node|min_nodes|max_nodes)\s*:\s*(\d{1,7})\s*$")
+_INIT_SIZE = lazy.regex(r"initialization options: size: (\d{1,7}), global rank: \d+.*?PG Name: (\S+?),?(?:\s|$)")
+_JOINED = lazy.regex(r"has joined round \d+ of the rendezvous '[^'\n]*' as rank (\d{1,7}) in a world of size")
+_WORLD_ENV = lazy.regex(r"\bWORLD_SIZE\s*[=:]\s*['\"]?(\d{1,7})\b")
 
 
 def labelled(lines: list[bytes]) -> bool:
