@@ -144,6 +144,14 @@ def test_entry_point_prefilter_sees_what_importlib_metadata_would(tmp_path, monk
     (other / "entry_points.txt").write_text("[console_scripts]\nother = other_tool:main\n")
     (site / "old_style.egg-info").write_text("Metadata-Version: 1.0\n")  # a file, not a folder
     monkeypatch.setattr(sys, "path", [str(site), str(tmp_path / "gone")])
+    # Only the path's own finder: importing some libraries adds one that lists distributions
+    # (distributed brings importlib_metadata's MetadataPathFinder), and then importlib decides.
+    import importlib.machinery
+    plain = [f for f in sys.meta_path if f is importlib.machinery.PathFinder or not hasattr(f, "find_distributions")]
+    lister = type("Lister", (), {"find_distributions": lambda self, context=None: iter(())})()
+    monkeypatch.setattr(sys, "meta_path", [*plain, lister])
+    assert may_declare_entry_points("forensics")
+    monkeypatch.setattr(sys, "meta_path", plain)
     assert not may_declare_entry_points("forensics")
     assert may_declare_entry_points("console_scripts")
     _install_fake_dist(site, PLUGIN_SOURCE)  # declares [forensics]
