@@ -103,3 +103,20 @@ def test_batches_hold_a_tenth_of_a_second_of_work_or_more(tmp_path):
     batches = cluster._batches(files)
     assert [len(b) for b in batches] == [11, 256, 256, 78]
     assert sorted(i for b in batches for i in b) == list(range(len(files)))
+
+
+def test_files_whose_task_did_not_finish_by_the_deadline_are_listed_as_not_read(scheduler):
+    """The run's --timeout bounds the wait for the workers: what had not come
+    back is an error per file naming the limit, never an exception."""
+    import time
+
+    from forensics import limits
+    from forensics.ingest import read_artifacts
+    from forensics.plugins import Plugins
+
+    past = limits.Limits(timeout=0.001, started=time.monotonic() - 10)
+    with limits.applied(past):
+        artifacts, _, results = read_artifacts([os.path.join(CORPUS, "real_p2p_cycle_2")], Plugins(autoload=False),
+                                               scheduler=scheduler)
+    assert artifacts and len(results) == len(artifacts)
+    assert all(isinstance(r, tuple) and "not read within the --timeout of 0.001 s" in r[2] for r in results), results[:2]

@@ -36,7 +36,7 @@ INSTALL_HINT = "pip install 'forensics[dask]'"
 def read_on_cluster(address: str, paths, plugins, full: bool, follow_symlinks: bool, exclude: frozenset,
                     prefix: str = "", progress=None, meanwhile=None):
     """(artifacts, diagnostics, results) as `discover` + `_parse_all` give them."""
-    from . import _sniff, _unreadable, _walk  # noqa: F401  (the local engine's own steps)
+    from . import _unreadable, _walk  # the local engine's own steps
 
     try:
         from distributed import Client
@@ -95,7 +95,10 @@ def read_on_cluster(address: str, paths, plugins, full: bool, follow_symlinks: b
         from distributed import wait as dask_wait
         if deadline is not None:
             import time
-            dask_wait(futures, timeout=max(0.0, deadline - time.monotonic()))
+            try:
+                dask_wait(futures, timeout=max(0.0, deadline - time.monotonic()))
+            except TimeoutError:  # what has not finished is listed below as not read in time
+                pass
         index_of = {f.key: n for n, f in enumerate(futures)}
         for future in as_completed([f for f in futures if deadline is None or f.done()]):
             n = index_of[future.key]
