@@ -406,7 +406,8 @@ def slurm_command(args, out: str) -> list[str]:
            "--tool-timeout", str(args.tool_timeout), "--quiet"]
     cmd += ["--locals"] if args.locals else []
     cmd += ["--gdb"] if args.gdb else []
-    cmd += ["--job", args.job] if args.job else []
+    # each node's collect takes this Slurm job's ranks, whatever else runs on the node
+    cmd += ["--job", args.job or f"slurm job {args.slurm}"]
     return cmd
 
 

@@ -446,7 +446,9 @@ def choose(jobs: dict[str, list[Rank]], options: Options) -> tuple[str, list[Ran
                            "OMPI_COMM_WORLD_RANK or PMI_RANK in an environment this user can read "
                            "(run as the job's user or root, or name the ranks with --pid)")
     if options.job:
-        matching = [job for job in jobs if options.job in job]
+        # a whole part of the description first ("slurm job 12" is not "slurm job 123"), else any text in it
+        matching = ([job for job in jobs if options.job in job.split(", ")]
+                    or [job for job in jobs if options.job in job])
         if len(matching) != 1:
             raise CollectError(f"--job {options.job!r} matches {len(matching)} of the jobs here: "
                                + "; ".join(f"{job} ({len(r)} ranks)" for job, r in jobs.items()))
