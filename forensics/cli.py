@@ -467,9 +467,7 @@ def _analyze(args, plugin_set) -> int:
     from . import limits as run_limits
     from .report.safe_text import neutralize
 
-    limits = run_limits.cli_limits(
-        run_limits.CLI_TIMEOUT if args.timeout is None else args.timeout,
-        run_limits.CLI_FILE_TIMEOUT if args.file_timeout is None else args.file_timeout, **dict(args.limit))
+    limits = _limits_of(args)
     progress = None if args.quiet or not _is_terminal(sys.stderr) else ProgressBar()
     saved = run_limits.set_memory_limit(limits.parent_memory())
     try:
@@ -540,9 +538,7 @@ def _parse_to_facts(args, plugin_set) -> int:
     from .report.safe_text import neutralize
 
     plugins = plugin_set()
-    limits = run_limits.cli_limits(
-        run_limits.CLI_TIMEOUT if args.timeout is None else args.timeout,
-        run_limits.CLI_FILE_TIMEOUT if args.file_timeout is None else args.file_timeout, **dict(args.limit))
+    limits = _limits_of(args)
     if args.prefix is not None:
         prefix = args.prefix
     else:
@@ -574,6 +570,15 @@ def _parse_to_facts(args, plugin_set) -> int:
         print(f"forensics parse: {len(artifacts)} artifact(s) ({failed} not read), {len(diagnostics)} file(s) "
               f"skipped -> {args.out} ({len(data):,} bytes)", file=sys.stderr)
     return EXIT_OK
+
+
+def _limits_of(args):
+    """The run's limits from --timeout, --file-timeout and --limit (analyze and parse)."""
+    from . import limits as run_limits
+
+    return run_limits.cli_limits(
+        run_limits.CLI_TIMEOUT if args.timeout is None else args.timeout,
+        run_limits.CLI_FILE_TIMEOUT if args.file_timeout is None else args.file_timeout, **dict(args.limit))
 
 
 class _OutOfTime(BaseException):
