@@ -1,5 +1,6 @@
-"""Live watching, side by side in one run: what the agent costs a job, and
-how fast `forensics watch` turns a hang into a verdict.
+"""Live watching: what the agent costs a job, and how fast `forensics watch` finds a hang.
+
+Side by side in one run, each section a real job or store.
 
     python benchmarks/bench_watch.py [--sections hotpath,overhead,latency,scale] [--report FILE]
 
@@ -18,8 +19,7 @@ overhead_ab  the same loop in one job, --iters calls per variant in
 overhead_null  that harness with both halves plain: the difference it reads
           when there is none
 latency   a 2-rank job that ends its warm-up in a send<->send cycle, watched at
-          the default settings (threshold 50 ms, publisher tick 10 ms, watcher
-          poll 10 ms), through the job's TCPStore and through Redis: from the
+          the default settings (threshold 50 ms, watcher poll 10 ms), through the job's TCPStore and through Redis: from the
           moment the last rank of the cycle entered its call (the agent's own
           timestamp) to the verdict (--latency-runs runs each)
 scale     --scale-ranks (10,000) simulated ranks published from --scale-procs

@@ -44,7 +44,7 @@ OWNED_FILES = ("benchmarks.md",)
 EXAMPLE_INCIDENT = "real_missing_rank_early_exit"
 EXAMPLE_ARGS = {"hung": True}
 EXAMPLE_COMMAND = f"forensics analyze corpus/{EXAMPLE_INCIDENT} --hung"
-BENCHMARKS = ("bench_engine", "bench_stacks", "bench_logs", "bench_fr", "bench_report", "bench_scale")
+BENCHMARKS = ("bench_engine", "bench_stacks", "bench_logs", "bench_fr", "bench_report", "bench_scale", "bench_watch")
 
 
 def banner(source: str) -> str:

@@ -15,10 +15,11 @@ field. No I/O, no lock, no new container. An asynchronous call
 keyed by its `Work`; `Work.wait()` on it fills the slot the same way,
 marked as waiting on async work.
 
-A background thread looks at the slots every 10 ms and publishes this
-rank's state only when a call has been in progress longer than the
-threshold (default 50 ms), and once more when it has ended: a healthy job
-publishes almost nothing. The call site comes from the thread's Python
+A background thread publishes this rank's state only when a call has been
+in progress longer than the threshold (default 50 ms), and once more when
+it has ended: a healthy job publishes almost nothing. It wakes when the
+oldest call in progress reaches the threshold (about 20 times a second in
+a busy loop), and every 10 ms only while a published call lasts. The call site comes from the thread's Python
 stack, read by that thread at publish time, not on the hot path.
 
 The coordinator (forensics/live/stores.py) is the job's own TCPStore by
@@ -451,6 +452,20 @@ def current_state(threshold_ns: int) -> dict:
     return state
 
 
+def next_due(threshold_ns: int) -> int | None:
+    """Nanoseconds until the oldest call in progress has been in progress
+    for the threshold (0 if it already has); None when no call is."""
+    oldest = 0
+    for ref in list(_slot_refs):
+        slot = ref()
+        started = slot.started if slot is not None else 0
+        if started and (not oldest or started < oldest):
+            oldest = started
+    if not oldest:
+        return None
+    return max(0, oldest + threshold_ns - _clock())
+
+
 def progress() -> tuple[dict, int]:
     """Per group: the last collective entered and the last that returned;
     and the total that returned (what the watcher calls progress)."""
@@ -506,24 +521,38 @@ class _Publisher(threading.Thread):
                 return
             if not self._connect():
                 time.sleep(2)
+        delay = self.interval
         while True:
             if self.final is not None:
                 self.publish(dict(self.final), True)
                 self.finished.set()
                 return
-            time.sleep(self.interval)
-            state = current_state(self.threshold_ns)
-            key = (state["current_op"], state.get("group"), state.get("op_seq"), state.get("peers"),
-                   state.get("async"))
-            ttl = self.store.ttl
-            refresh = ttl is not None and time.monotonic() - self.sent_at > ttl / 3
-            if key == self.published and not refresh:
-                continue
+            time.sleep(delay)
+            delay = self.tick()
+
+    def tick(self) -> float:
+        """Publish if the state changed; return how long to sleep. While a
+        published call is in progress, every interval (to say soon that it
+        ended); otherwise until the oldest call in progress reaches the
+        threshold, or a whole threshold when none is: a call that starts
+        later cannot reach it sooner. A healthy job's publisher so wakes
+        about once per threshold, not once per interval."""
+        state = current_state(self.threshold_ns)
+        key = (state["current_op"], state.get("group"), state.get("op_seq"), state.get("peers"),
+               state.get("async"))
+        ttl = self.store.ttl
+        refresh = ttl is not None and time.monotonic() - self.sent_at > ttl / 3
+        if key != self.published or refresh:
             if self.publish(state, key != self.published):
                 self.published = key
             else:
                 self.published = None  # the store went away: send again once it answers
-                time.sleep(1)
+                return 1.0
+        if key[0] != "compute":
+            return self.interval
+        due = next_due(self.threshold_ns)
+        wait = self.threshold_ns if due is None else due
+        return min(max(wait / 1e9, 0.001), self.threshold_ns / 1e9)
 
     def finish(self, state: dict, wait: float = 1.0) -> None:
         self.final = state

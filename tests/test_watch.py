@@ -212,6 +212,31 @@ def test_a_healthy_job_with_a_straggler_raises_no_alarm(backend, job_factory, tm
 
 
 @needs_torch
+def test_a_frozen_rank_is_reported_after_stuck_after(backend, job_factory, tmp_path):
+    """Rank 1 of a healthy training loop freezes (SIGSTOP, as a host stuck in
+    a driver call would: its agent's publisher freezes with it), so rank 0
+    waits in the next gradient all_reduce for a rank that says nothing.
+    Nothing is a cycle, so the watcher waits --stuck-after and names rank 1,
+    the one that made the least progress. The test thaws and ends it."""
+    job, watcher = _start(backend, job_factory, tmp_path, "sigkill_one_rank", 2,
+                          "--extra-steps", "100000", "--step-time", "0.02", "--stall-rank", "1",
+                          watch_args=("--stuck-after", "5s"))
+    pids = job.wait_for("step 20:")
+    os.kill(pids[1], signal.SIGSTOP)
+    frozen_at = time.time()
+    try:
+        code, out, err = watcher.finish(120)
+    finally:
+        os.kill(pids[1], signal.SIGCONT)
+    report = json.loads(out)
+    assert code == 1 and report["verdict"] == "missing_rank", (report["verdict"], err[-2000:])
+    assert report["culprit_ranks"] == [1], report["culprit_ranks"]
+    verdict = watcher.verdict()
+    assert verdict["judged_stuck"] is True and verdict["root_cause_rank"] == 1, verdict
+    assert verdict["detected_at"] - frozen_at >= 5, verdict  # not before --stuck-after
+
+
+@needs_torch
 def test_install_watch_runs_the_watcher_in_rank_0_without_disturbing_the_job(job_factory, tmp_path):
     hook_env = tmp_path / "hook.env"
     job = job_factory("p2p_cycle_2", 2, agent=["--watch"],
@@ -499,3 +524,39 @@ def test_store_urls_and_durations_are_checked(run_cli):
     assert proc.returncode == 2 and "expected tcpstore://HOST:PORT" in proc.stderr and "Traceback" not in proc.stderr
     proc = run_cli("watch", "--store", "tcpstore://127.0.0.1:1", "--world-size", "2", "--stuck-after", "soon")
     assert proc.returncode == 2 and "not a number of seconds" in proc.stderr
+
+
+def test_the_publisher_wakes_when_a_call_can_reach_the_threshold_and_no_sooner():
+    """The publisher's schedule on the agent's real slots, with a store that
+    records what it is sent: no call in progress, sleep a whole threshold;
+    a call 20 ms in, sleep the 30 ms it still needs; past the threshold,
+    publish it and look again every interval until it ends, then say so."""
+    from forensics import agent
+
+    class Store:
+        ttl = None
+
+        def __init__(self):
+            self.sent = []
+
+        def publish(self, rank, payload, changed):
+            self.sent.append(json.loads(payload)["current_op"])
+
+    publisher = agent._Publisher("redis://unused:1/x", 0, threshold_ms=50, interval_ms=10)
+    publisher.store = Store()
+    publisher.published = ("compute", None, None, None, None)
+    slot = agent._new_slot()
+    group = agent._Group("0", "default_pg", (0, 1))
+    try:
+        assert publisher.tick() == pytest.approx(0.050) and publisher.store.sent == []
+        slot.call, slot.group, slot.seq, slot.started = ("all_reduce", False, False), group, 3, \
+            agent._clock() - 20_000_000
+        assert 0.025 < publisher.tick() <= 0.030 and publisher.store.sent == []
+        slot.started = agent._clock() - 60_000_000
+        assert publisher.tick() == 0.010 and publisher.store.sent == ["all_reduce"]
+        assert publisher.tick() == 0.010 and publisher.store.sent == ["all_reduce"]  # unchanged: not sent again
+        slot.started = 0
+        assert publisher.tick() == pytest.approx(0.050) and publisher.store.sent == ["all_reduce", "compute"]
+    finally:
+        slot.started = 0
+        del agent._local.slot
