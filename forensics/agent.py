@@ -19,8 +19,9 @@ A background thread publishes this rank's state only when a call has been
 in progress longer than the threshold (default 50 ms), and once more when
 it has ended: a healthy job publishes almost nothing. It wakes when the
 oldest call in progress reaches the threshold (about 20 times a second in
-a busy loop), and every 10 ms only while a published call lasts. The call site comes from the thread's Python
-stack, read by that thread at publish time, not on the hot path.
+a busy loop), and every 10 ms only while a published call lasts. The call
+site comes from the thread's Python stack, read by that thread at publish
+time, not on the hot path.
 
 The coordinator (forensics/live/stores.py) is the job's own TCPStore by
 default (torchrun's, at MASTER_ADDR:MASTER_PORT), or FORENSICS_STORE:

@@ -715,8 +715,9 @@ def _state_from_dumps(rank: int, dumps: list[m.ProcessDump]) -> m.RankState:
     judged = [(stacks.classify(d), d) for d in live]
     best = stacks.moving(judged) or stacks.combine([c for c, _ in judged])
     primary = next(d for c, d in judged if c is best) if any(c is best for c, _ in judged) else live[0]
-    python_dump = max(dumps, key=lambda d: (d.source.startswith(("py-spy", "pystack")),
-                                            sum(1 for t in d.threads for f in t.frames if stacks.is_python(f))))
+    python_dump = dumps[0] if len(dumps) == 1 else max(
+        dumps, key=lambda d: (d.source.startswith(("py-spy", "pystack")),
+                              sum(1 for t in d.threads for f in t.frames if stacks.is_python(f))))
     pid = next((d.pid for d in dumps if d.pid is not None), None)
     host = next((d.host for d in dumps if d.host), "")
     state = m.RankState(

@@ -258,18 +258,21 @@ def identify(views) -> list[Comm]:
     clusters: dict[int, list] = {}
     owner: dict[int, int] = {}
     by_id: dict[str, int] = {}     # a commId's cluster: its members are certain
+    processes: dict[int, set] = {}  # the processes in each commId cluster (a set: 16,384 members are common)
     for index, seq in enumerate(seqs):
         home = by_id.get(seq.view.group) if seq.view.shared else None
-        if home is not None and any(m.process == seq.process for m in clusters[home]):
+        if home is not None and seq.process in processes[home]:
             home = None
         if home is None:
             clusters[index] = [seq]
             owner[index] = index
-            if seq.view.shared:
-                by_id.setdefault(seq.view.group, index)
+            if seq.view.shared and seq.view.group not in by_id:
+                by_id[seq.view.group] = index
+                processes[index] = {seq.process}
         else:
             clusters[home].append(seq)
             owner[index] = home
+            processes[home].add(seq.process)
     pairs = _pairs(seqs)
     order = sorted(pairs, key=lambda ij: (pairs[ij].diverge is not None, -len(pairs[ij].agree), ij))
     for i, j in order:
