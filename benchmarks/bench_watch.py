@@ -19,9 +19,10 @@ overhead_ab  the same loop in one job, --iters calls per variant in
 overhead_null  that harness with both halves plain: the difference it reads
           when there is none
 latency   a 2-rank job that ends its warm-up in a send<->send cycle, watched at
-          the default settings (threshold 50 ms, watcher poll 10 ms), through the job's TCPStore and through Redis: from the
-          moment the last rank of the cycle entered its call (the agent's own
-          timestamp) to the verdict (--latency-runs runs each)
+          the default settings (threshold 50 ms, watcher poll 10 ms), through
+          the job's TCPStore and through Redis: from the moment the last rank
+          of the cycle entered its call (the agent's own timestamp) to the
+          verdict (--latency-runs runs each)
 scale     --scale-ranks (10,000) simulated ranks published from --scale-procs
           processes (benchmarks/sim_ranks.py, the agent's store code) to one
           Redis and to one TCPStore: a straggler churn, every rank but two in
