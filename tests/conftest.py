@@ -81,6 +81,20 @@ def pytest_unconfigure(config):
     shutil.rmtree(REPORT_TAP, ignore_errors=True)
 
 
+@pytest.fixture(scope="module")
+def browser():
+    """A headless chromium driven over the DevTools protocol (tests/browser/cdp.py),
+    one per test module."""
+    from browser.cdp import Browser, find_browser
+
+    binary = find_browser()
+    if binary is None:
+        pytest.skip("no chromium on PATH (Debian: apt-get install chromium); browser checks skipped")
+    instance = Browser(binary)
+    yield instance
+    instance.close()
+
+
 @pytest.fixture
 def run_cli(tmp_path):
     """Run `python -m forensics ...` in a subprocess, as a user would."""

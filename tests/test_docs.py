@@ -241,18 +241,6 @@ def served(site):
     server.server_close()
 
 
-@pytest.fixture(scope="module")
-def browser():
-    from browser.cdp import Browser, find_browser
-
-    binary = find_browser()
-    if binary is None:
-        pytest.skip("no chromium on PATH (Debian: apt-get install chromium); browser checks skipped")
-    instance = Browser(binary)
-    yield instance
-    instance.close()
-
-
 _PAGE = """(() => ({
   title: document.title,
   h1: ((document.querySelector('article h1') || {}).textContent || '').replace('\u00b6', '').trim(),

@@ -19,7 +19,6 @@ from forensics.model import Evidence
 from forensics.plugins import Plugins
 from forensics.report import graphview, html, json_report
 
-from browser.cdp import Browser, find_browser
 from conftest import CORPUS, ROOT
 from helpers import report_of
 
@@ -184,16 +183,6 @@ def test_ten_thousand_ranks_stay_under_two_megabytes(tmp_path):
 
 # --------------------------------------------------------------------------
 # In a real browser
-
-
-@pytest.fixture(scope="module")
-def browser():
-    binary = find_browser()
-    if binary is None:
-        pytest.skip("no chromium on PATH (Debian: apt-get install chromium); browser checks skipped")
-    instance = Browser(binary)
-    yield instance
-    instance.close()
 
 
 _READ_PAGE = """(() => {

@@ -441,11 +441,8 @@ def test_simulated_ranks_from_several_processes_cycle_found_no_false_alarm(kind,
     else:
         if not HAVE_TORCH:
             pytest.skip("the TCPStore comes with torch (pip install torch==2.13.0)")
-        port = _port()
-        url = f"tcpstore://127.0.0.1:{port}"
-        host = subprocess.Popen([sys.executable, "-c", "import sys, time; from torch.distributed import TCPStore; "
-                                 f"s = TCPStore('127.0.0.1', {port}, is_master=True, wait_for_workers=False); "
-                                 "time.sleep(600)"], stderr=subprocess.DEVNULL)
+        host = StoreHost()
+        url = f"tcpstore://127.0.0.1:{host.port}"
     try:
         watcher = Watcher(tmp_path, url, world, "--stuck-after", "600")
         sims = [subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "sim_ranks.py"), "--store", url,
@@ -465,8 +462,7 @@ def test_simulated_ranks_from_several_processes_cycle_found_no_false_alarm(kind,
         code, out, err = watcher.finish(60)
     finally:
         if host is not None:
-            host.kill()
-            host.wait()
+            host.stop()
     report = json.loads(out)
     assert code == 1 and report["verdict"] == "deadlock" and report["culprit_ranks"] == cycle, err[-2000:]
     injected = max(t for lo in (0, world // 2)
