@@ -1720,7 +1720,9 @@ class _Reader:
         for group, comm in topo.items():
             comm["nranks"] = sizes.get(group)
             _complete_rings(comm)
-            comm["links"] = sorted(comm["links"], key=lambda link: link[:4])
+            # (channel, connIndex, src, dst): connIndex is None where the line has no `/N`
+            comm["links"] = sorted(comm["links"], key=lambda link: (link[0], -1 if link[1] is None else link[1],
+                                                                   link[2], link[3]))
         if lost:
             self.facts.diag(0, f"{lost:,} topology line(s) could not be tied to a communicator", "info")
         for group, comm in topo.items():

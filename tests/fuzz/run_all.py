@@ -8,12 +8,15 @@ the other, and print inputs per second and coverage for each.
 Each target runs in its own process (tests/fuzz/fuzz.py). `--keep DIR`
 keeps each target's growing corpus in DIR/TARGET and its crash files in
 DIR/TARGET/crashes, so a long run can be resumed where it stopped. Exit
-status 1 when any target found a crash (the crash file is named), else 0.
+status 1 when any target found a crash, else 0. A crash is named, and its
+traceback and input (base64) are printed, so that a CI log alone is enough
+to reproduce it: `base64 -d > tests/fuzz/regressions/TARGET/crash-NAME`.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import os
 import re
 import subprocess
@@ -61,6 +64,25 @@ def run_one(name: str, seconds: int, runs: int | None, keep: str | None, extra: 
             "log": os.path.join(base, "last.log")}
 
 
+def crash_report(log: str, crashes: list[str], limit: int = 8192) -> str:
+    """The traceback libFuzzer's log holds and each crash input, base64-encoded
+    (inputs over `limit` bytes are cut, and say so)."""
+    lines = log.splitlines()
+    start = next((i for i, line in enumerate(lines) if "Uncaught Python exception" in line
+                  or line.startswith("Traceback")), None)
+    out = []
+    if start is not None:
+        stop = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("==")), len(lines))
+        out += lines[start:min(stop, start + 80)]
+    for path in crashes:
+        with open(path, "rb") as handle:
+            data = handle.read()
+        cut = f" (first {limit} of {len(data)} bytes)" if len(data) > limit else ""
+        out.append(f"input {os.path.basename(path)}, base64{cut}:")
+        out.append(base64.b64encode(data[:limit]).decode())
+    return "\n".join("    " + line for line in out)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("names", nargs="*", metavar="TARGET", help="default: every target")
@@ -86,6 +108,9 @@ def main(argv=None) -> int:
                                        else f"exit {r['exit']}, see {r['log']}")
         print(f"{name:12} {r['inputs']:>10,} {r['seconds']:>6} {r['per_second']:>9,} {r['cov']:>6} {r['ft']:>7} "
               f"{r['corpus']:>7}  {result}", flush=True)
+        if r["crashes"]:
+            with open(r["log"], encoding="utf-8", errors="replace") as handle:
+                print(crash_report(handle.read(), r["crashes"]), flush=True)
     return 1 if failed else 0
 
 
