@@ -24,7 +24,6 @@ message that says what to do (parse the artifacts again with this version).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import typing
 import zlib
@@ -89,6 +88,8 @@ class _Schema:
                 specs.append(spec)
             self.specs.append(tuple(specs))
         layout = ";".join(f"{c.__module__}.{c.__qualname__}({','.join(f)})" for c, f in zip(self.classes, self.fields))
+        import hashlib  # here, not at import: loading OpenSSL is ~10 ms of every run's start-up
+
         self.fingerprint = hashlib.sha256(layout.encode()).hexdigest()[:16]
 
     def _spec(self, hint, pending: list) -> tuple:
