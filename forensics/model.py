@@ -544,6 +544,7 @@ class Artifact:
     display: str  # the path as the report shows it (relative to the input)
     rank_hint: int | None = None
     full: bool = False  # read every line (timelines), not only what the last state needs
+    stamped: bool = False  # every line starts with a log collector's timestamp: parsed without them
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,8 @@ from . import stacks, workers
 from .attribution import PidMap, World, attribute, outside_world, rank_from_path
 from .facts import Facts
 from .records import groups_from_comms, infer_members, state_from_records
-from .textio import InputError, file_size, looks_binary, not_regular, read_head, take_notes
+from .textio import (InputError, file_size, looks_binary, not_regular, read_head, stamped, take_notes, unstamp,
+                     unstamped_copy)
 
 __all__ = ["InputError", "discover", "load_incident", "merge", "rank_from_path"]
 
@@ -53,10 +54,11 @@ def discover(paths, plugins, full: bool = False, jobs: int = 1, follow_symlinks:
                     diagnostics.append(Diagnostic(display, 0, skipped, "info"))
                 else:
                     found.append((path, display))
-            for (path, display), (kinds, note) in zip(found, _sniff_all([p for p, _ in found], plugins, jobs)):
-                if not kinds:
+            for (path, display), (kinds, note, stamps) in zip(found, _sniff_all([p for p, _ in found], plugins,
+                                                                                  jobs)):
+                if not kinds or stamps:
                     diagnostics.append(Diagnostic(display, 0, note, "info"))
-                artifacts.extend(Artifact(kind, path, display, rank_from_path(display), full)
+                artifacts.extend(Artifact(kind, path, display, rank_from_path(display), full, stamps)
                                  for kind in kinds)
         else:
             display = root
@@ -64,10 +66,12 @@ def discover(paths, plugins, full: bool = False, jobs: int = 1, follow_symlinks:
             if skipped:
                 diagnostics.append(Diagnostic(display, 0, skipped, "info"))
                 continue
-            kinds, note = _sniff(root, display, plugins)
+            kinds, note, stamps = _sniff(root, display, plugins)
             if not kinds:
                 raise InputError(display, note)
-            artifacts.extend(Artifact(kind, root, display, rank_from_path(display), full) for kind in kinds)
+            if stamps:
+                diagnostics.append(Diagnostic(display, 0, note, "info"))
+            artifacts.extend(Artifact(kind, root, display, rank_from_path(display), full, stamps) for kind in kinds)
     return artifacts, diagnostics
 
 
@@ -164,10 +168,10 @@ def _unreadable(path: str) -> str:
     return f"{kind}, not a regular file: skipped" if kind else ""
 
 
-def _sniff_all(paths: list[str], plugins, jobs: int) -> list[tuple[list[str], str]]:
+def _sniff_all(paths: list[str], plugins, jobs: int) -> list[tuple[list[str], str, bool]]:
     """Sniff many files in worker processes: every reader looks at every
     head, so for 20,000 dumps this is seconds of CPU worth sharing."""
-    def sniff(some: list[str]) -> list[tuple[list[str], str]]:
+    def sniff(some: list[str]) -> list[tuple[list[str], str, bool]]:
         return [_sniff(path, path, plugins) for path in some]
 
     if jobs <= 1 or len(paths) < SNIFF_PARALLEL_MIN:
@@ -204,21 +208,31 @@ def _pool(jobs: int, spec):
                                                   initializer=_worker_init, initargs=(spec,))
 
 
-def _sniff(path: str, display: str, plugins) -> tuple[list[str], str]:
-    """The kinds of every parser that claims the file (a console log can hold
-    c10d and NCCL lines both), or none and why."""
+STAMPED = ("every line starts with a log collector's timestamp (kubectl or docker logs --timestamps, "
+           "GitHub Actions): read without them")
+
+
+def _sniff(path: str, display: str, plugins) -> tuple[list[str], str, bool]:
+    """(kinds, why none, stamped): the kinds of every parser that claims the
+    file (a console log can hold c10d and NCCL lines both), or none and why;
+    and whether its lines start with a log collector's timestamps
+    (`textio.stamped`), which neither the sniffers nor the parsers then see
+    (`_parse_one` parses a copy without them)."""
     try:
         head = read_head(path)
     except InputError as exc:
-        return [], exc.message
+        return [], exc.message, False
     if not head:
-        return [], "empty file"
+        return [], "empty file", False
+    stamps = stamped(head)
+    if stamps:
+        head = unstamp(head)
     kinds = plugins.each("forensics_sniff", path=path, head=head)
     if kinds:
-        return kinds, ""
+        return kinds, STAMPED if stamps else "", stamps
     if looks_binary(head):
-        return [], "binary file, not a recognized artifact: skipped"
-    return [], "not a recognized artifact: skipped"
+        return [], "binary file, not a recognized artifact: skipped", False
+    return [], "not a recognized artifact: skipped", False
 
 
 PARALLEL_BYTES = 4 << 20  # below this much input (and PARALLEL_MIN files), one process is quicker
@@ -228,6 +242,8 @@ CHUNK = 32
 
 
 def _parse_one(artifact, plugins):
+    if artifact.stamped:
+        return _parse_unstamped(artifact, plugins)
     take_notes()  # what earlier reads left (sniffing) is not this parse's
     try:
         parsed = plugins.first("forensics_parse", artifact=artifact)
@@ -238,6 +254,32 @@ def _parse_one(artifact, plugins):
     for path, message in take_notes():  # the file grew, shrank or decompressed past the limit while read
         parsed.diagnostics.append(Diagnostic(artifact.display if path == artifact.path else path, 0, message))
     return parsed
+
+
+def _parse_unstamped(artifact, plugins):
+    """A file whose every line starts with a collector's timestamp, parsed
+    as a copy without them (`textio.unstamped_copy`): the same lines, at the
+    same numbers, in the format the parsers know."""
+    import shutil
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="forensics-unstamped-")
+    try:
+        take_notes()
+        try:
+            copy = unstamped_copy(artifact.path, folder)
+        except InputError as exc:
+            return ("error", artifact.display, exc.message, exc.line)
+        notes = take_notes()  # the file grew or decompressed past the limit while copied
+        parsed = _parse_one(replace(artifact, path=copy, stamped=False), plugins)
+        if isinstance(parsed, tuple):
+            kind, where, message, line = parsed
+            return (kind, artifact.display if where == copy else where, message, line)
+        for _, message in notes:
+            parsed.diagnostics.append(Diagnostic(artifact.display, 0, message))
+        return parsed
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _not_read(artifact, how: str, who: str = "the worker process parsing this file"):

@@ -206,11 +206,11 @@ def parse_batch(batch: list[tuple[str, str]], spec, full: bool, ceilings: tuple)
     with limits.applied(own):
         for path, display in batch:
             arts, diags = len(bundle.artifacts), len(bundle.diagnostics)
-            kinds, note = _sniff(path, display, plugins)
-            if not kinds:
+            kinds, note, stamps = _sniff(path, display, plugins)
+            if not kinds or stamps:
                 bundle.diagnostics.append(Diagnostic(display, 0, note, "info"))
             for kind in kinds:
-                artifact = Artifact(kind, path, display, rank_from_path(display), full)
+                artifact = Artifact(kind, path, display, rank_from_path(display), full, stamps)
                 result = _parse_one(artifact, plugins)
                 if isinstance(result, Bundle):  # a facts file: what it holds takes its place
                     bundle.artifacts += result.artifacts

@@ -344,6 +344,78 @@ def read_document(path: str, display: str, limit: int | None = None) -> str:
     return text
 
 
+# ---------------------------------------------------------------- collectors' timestamps
+
+# What a log collector writes before every line of a program's output: the
+# UTC time it read the line, RFC 3339 with `Z` and up to nanoseconds, and one
+# space (`kubectl logs --timestamps`, `docker logs --timestamps`, GitHub
+# Actions' raw job logs: `2026-04-07T10:14:02.1183452Z `). The readers know
+# the programs' own line formats; a file whose lines all carry such a stamp
+# is read as if it had none (see `stamped`). Times a program writes itself
+# (`dmesg --time-format=iso`: `2026-11-12T09:16:24,011000+00:00`) are not
+# a collector's, and stay.
+_STAMP = rb"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?Z "
+_STAMP_AT_START = re.compile(_STAMP)
+_STAMPS = re.compile(rb"(?m)^(?:" + _STAMP + rb"){1,4}")  # a stamped log collected again is stamped twice
+_STAMP_SAMPLE = 50  # the head's lines that decide
+_STAMP_SHARE = 0.9  # of them, at least this share stamped (a line the program wrote with a carriage return may not be)
+
+
+def stamped(head: bytes) -> bool:
+    """The head's first line, and nine in ten of its first 50 lines, start
+    with a collector's timestamp."""
+    if not head[:1].isdigit() or _STAMP_AT_START.match(head) is None:
+        return False
+    lines = head.split(b"\n", _STAMP_SAMPLE)[:_STAMP_SAMPLE]
+    if len(lines) > 1 and not lines[-1]:
+        lines.pop()  # the newline that ends the head
+    hits = sum(1 for line in lines if _STAMP_AT_START.match(line))
+    return hits >= _STAMP_SHARE * len(lines)
+
+
+def unstamp(data: bytes) -> bytes:
+    """`data` (whole lines, or a head) without the collectors' timestamps at the start of each line."""
+    return _STAMPS.sub(b"", data)
+
+
+def unstamped_copy(path: str, folder: str) -> str:
+    """A copy of a stamped file in `folder`, decompressed and without the
+    stamps; its lines keep their numbers, so what a reader cites of the
+    copy is where it stands in the file. Read as `read_bytes` reads (up to
+    the size a plain file had when opened, a compressed one up to the
+    limit), in steps of whole lines."""
+    name = re.sub(r"\.(?:gz|zst|zstd)$", "", os.path.basename(path)) or "log"
+    copy = os.path.join(folder, name)
+    try:
+        with open_binary(path) as source, open(copy, "wb") as out:
+            left = getattr(source, "size_at_open", _UNLIMITED)
+            carry = b""   # the start of a line not ended yet
+            mid = False   # what comes next continues a line already written in part (one over 4 MiB)
+            while left > 0:
+                chunk = source.read(min(_STEP, left))
+                if not chunk:
+                    break
+                left -= len(chunk)
+                if mid:
+                    end = chunk.find(b"\n") + 1
+                    if not end:
+                        out.write(chunk)
+                        continue
+                    out.write(chunk[:end])
+                    chunk, mid = chunk[end:], False
+                chunk = carry + chunk
+                cut = chunk.rfind(b"\n") + 1
+                out.write(unstamp(chunk[:cut]))
+                carry = chunk[cut:]
+                if len(carry) > 4 * _STEP:
+                    out.write(unstamp(carry))
+                    carry, mid = b"", True
+            out.write(unstamp(carry))
+    except STREAM_ERRORS as exc:
+        raise InputError(path, f"cannot read: {_reason(exc)}") from None
+    return copy
+
+
 _TEXT_BYTES = bytes(range(32, 256)) + b"\t\n\r\x1b\x0c\x08"
 _SAMPLE = 8192  # the bytes of a head that tell binary from text
 

@@ -172,6 +172,32 @@ def _facts_seeds() -> list[bytes]:
     return out
 
 
+_STAMPED_PLUGINS: list = []
+
+
+def _stamped(path: str, data: bytes) -> None:
+    """A log as a collector stamps it, through the whole ingest path: the
+    sniff (which takes the stamps off the head), the unstamped copy and
+    every reader that claims it, then merge."""
+    from forensics.ingest import _parse_one, _sniff, merge
+    from forensics.model import Artifact
+    from forensics.plugins import Plugins
+
+    if not _STAMPED_PLUGINS:
+        _STAMPED_PLUGINS.append(Plugins(autoload=False))
+    plugins = _STAMPED_PLUGINS[0]
+    kinds, _, stamps = _sniff(path, "fuzz/pod.log", plugins)
+    parsed = [_parse_one(Artifact(kind, path, "fuzz/pod.log", None, bool(len(data) & 1), stamps), plugins)
+              for kind in kinds]
+    merge([facts for facts in parsed if not isinstance(facts, tuple)])
+
+
+def stamp(data: bytes) -> bytes:
+    """Every line after a collector's timestamp, as `kubectl logs --timestamps` prints it."""
+    return b"".join(b"2026-12-02T04:05:06.%09dZ " % (i * 1234567 % 10**9) + line
+                    for i, line in enumerate(data.splitlines(keepends=True)))
+
+
 def _is_pickle(data: bytes) -> bool:
     return data[:1] == b"\x80"
 
@@ -209,6 +235,8 @@ TARGETS = {t.name: t for t in (
     Target("messages", ("messages",), "stated.log", _statements,
            about="any text file searched for catalogued messages"),
     Target("yaml_rules", ("yaml-rules",), "rules.yaml", _yaml_rules, about="user YAML rule files"),
+    Target("stamped", ("torch-log", "nccl", "traceback", "py-spy"), "pod.log", _stamped,
+           about="logs whose every line starts with a collector's timestamp (kubectl, docker, GitHub Actions)"),
     Target("facts", ("forensics-facts",), "node.facts", _facts,
            about="facts files (forensics parse) and Dask workers' answers: header, zlib, checked decoding"),
 )}
@@ -259,5 +287,5 @@ def seeds(name: str) -> list[bytes]:
         except InputError:
             continue
         if target.seed_filter(data):
-            out.append(data)
+            out.append(stamp(data) if name == "stamped" else data)
     return out
