@@ -133,9 +133,10 @@ def defer_stated(findings: list[Finding], incident: Incident) -> list[Finding]:
 def _peer_gone_after_a_cause(findings: list[Finding], incident: Incident) -> list[Finding]:
     """A peer that vanished is a death with a reason of its own: when
     another stated cause was logged surely before the first report of the
-    vanished peer (by the timeline's clock), the peer most likely ended
-    because of it (it raised, or its launcher stopped it), so the stated
-    cause leads and the lost connection is its echo."""
+    vanished peer (by the timeline's clock), or the vanished peer itself
+    logged it, the peer most likely ended because of it (it raised, or its
+    launcher stopped it), so the stated cause leads and the lost connection
+    is its echo."""
     from .postmortem import before
     from .rules.stated_cause import PEER_GONE
 
@@ -163,10 +164,18 @@ def _peer_gone_after_a_cause(findings: list[Finding], incident: Incident) -> lis
     if not gone or not others:
         return findings
     earlier = [first(f) for f in others]
+    # Which rank printed each line a stated cause rests on.
+    printed_by = {(hit.evidence.path, hit.evidence.line): hit.rank for hit in incident.messages
+                  if hit.rank is not None}
+    printers = [{printed_by.get((e.path, e.line)) for e in f.evidence} - {None} for f in others]
     demoted = set()
     for finding in gone:
         mine = first(finding, lower_bound=True)
         if mine is not None and any(e is not None and before(e, mine, incident.skew_s) for e in earlier):
+            demoted.add(id(finding))
+        # Without a clock: the vanished peer logged a cause of its own (rank 0's
+        # monitored barrier names rank 1, then rank 0 ends; rank 2 loses it).
+        elif finding.ranks and any(set(finding.ranks) <= who for who in printers):
             demoted.add(id(finding))
     return [replace(f, severity="warning") if id(f) in demoted else f for f in findings]
 

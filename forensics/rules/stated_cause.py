@@ -61,11 +61,21 @@ def _hits(incident) -> list[tuple[MessageHit, object]]:
 _IP = re.compile(r"\d{1,3}(?:\.\d{1,3}){3}|\[?[0-9a-fA-F]*:[0-9a-fA-F:.]+\]?")
 
 
+# Messages that wrap the transport error of their exchange with one named
+# peer: ProcessGroupGloo::monitoredBarrier's "Rank R successfully reached
+# monitoredBarrier, but received errors while waiting for send/recv from rank
+# P. Please check rank P logs for faulty rank." is followed by "Original
+# exception:" and the Gloo error of that send/recv, whose address is P's.
+_WRAPS_PEER_ERROR = frozenset({"c10d-gloo-monitored-barrier-peer-error"})
+_WRAPPED_WITHIN = 4  # lines from the wrapping message to the wrapped error
+
+
 class AddressBook:
     """Which rank is behind a host or an address, as far as any artifact ties them."""
 
     def __init__(self, incident, hits):
         self.by_host: dict[str, set[int]] = defaultdict(set)
+        self.by_addr: dict[str, int] = {}  # an exact host:port, from a message that names its peer's rank
         for rank, state in incident.ranks.items():
             if state.host:
                 self.by_host[state.host].add(rank)
@@ -78,11 +88,29 @@ class AddressBook:
                     self.by_host[address_host(value)].add(hit.rank)
             if hit.host:
                 self.by_host[hit.host].add(hit.rank)
+        self._wrapped(hits)
+
+    def _wrapped(self, hits) -> None:
+        """The peer address of a transport error that a message naming its
+        peer's rank wraps (`_WRAPS_PEER_ERROR`): the same process's error,
+        in the same file a few lines below, is that peer's address. Two
+        ranks claimed for one address tie it to neither."""
+        claims: dict[str, set[int]] = defaultdict(set)
+        wrappers = [h for h, _ in hits if h.id in _WRAPS_PEER_ERROR and isinstance(h.fact("peer_rank"), int)]
+        for hit, _ in hits:
+            addr = hit.fact("peer_addr")
+            if not isinstance(addr, str) or not addr or hit.rank is None:
+                continue
+            for outer in wrappers:
+                if (outer.rank == hit.rank and outer.evidence.path == hit.evidence.path
+                        and 0 < hit.evidence.line - outer.evidence.line <= _WRAPPED_WITHIN):
+                    claims[addr].add(outer.fact("peer_rank"))
+        self.by_addr = {addr: ranks.pop() for addr, ranks in claims.items() if len(ranks) == 1}
 
     def culprit(self, addr: str = "", host: str = "") -> Culprit:
         key = address_host(addr) if addr else host
         ranks = self.by_host.get(key, set())
-        rank = next(iter(ranks)) if len(ranks) == 1 else None
+        rank = next(iter(ranks)) if len(ranks) == 1 else self.by_addr.get(addr) if addr else None
         return Culprit(rank=rank, host=host if host else ("" if _IP.fullmatch(key or "") else key),
                        addr=addr)
 
