@@ -43,6 +43,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -257,6 +258,31 @@ SCENARIOS = {
             "signal 15 and prints its failure summary. The collector "
             "took one py-spy dump of each rank while they waited, before the barrier timed "
             "out. Rank 1 is the rank the others waited for: alive and busy elsewhere, not dead."
+        ),
+    },
+    "real_monitored_barrier_pod_log_timestamps": {
+        "mode": "postmortem",
+        "job_scenario": "monitored_barrier_names_rank",
+        "job_args": ["--stall-rank", "1"],
+        "nproc": 3,
+        "verdict": "missing_rank",
+        "culprit_ranks": [1],
+        "console_stamps": "pod.log",
+        "actions": [{"wait_exit": 90}],
+        "keep": ["pod.log"],
+        "pid_map": False,
+        "expect": [("pod.log", "Rank 1 failed to pass monitoredBarrier in 10000 ms")],
+        "how": (
+            "The job of real_monitored_barrier_names_rank (train.py under torchrun --tee 3, gloo, "
+            "3 ranks), as a Kubernetes user has it: only the launcher's console, with every line "
+            "after the time it was read (`kubectl logs --timestamps` of the launcher's pod: "
+            "RFC 3339 with nanoseconds, `2026-12-02T04:05:06.123456789Z `). Rank 1's validation "
+            "shard sits on a slow store, so rank 1 stays in evaluate and never reaches the "
+            "end-of-epoch dist.monitored_barrier(timeout=10 s) that ranks 0 and 2 wait in. After "
+            "10 s rank 0's monitored_barrier raises naming rank 1, rank 2's raises because rank 0 "
+            "closed its connections (a knock-on), and torchrun ends rank 1 with signal 15. The "
+            "console holds the ranks' tee'd stderr ([defaultN]: lines) and torchrun's failure "
+            "summary. Rank 1 is the rank the others waited for: alive and busy elsewhere, not dead."
         ),
     },
     "real_sigkill_one_rank_gloo_fast_failure": {
@@ -644,6 +670,21 @@ def torchrun_summary(text):
     return out, (int(root.group(1)) if root else None)
 
 
+def stamp_console(pipe, console, stamped_path):
+    """The launcher's console as a container runtime logs it: each line as
+    it is read, to `console` as it is and to `stamped_path` after the time
+    it was read, in the RFC 3339 form with nanoseconds and `Z` that
+    `kubectl logs --timestamps` and `docker logs --timestamps` print."""
+    with open(stamped_path, "wb") as stamped:
+        for line in iter(pipe.readline, b""):
+            now = time.time_ns()
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now // 1_000_000_000))
+            console.write(line)
+            console.flush()
+            stamped.write(f"{stamp}.{now % 1_000_000_000:09d}Z ".encode() + line)
+            stamped.flush()
+
+
 def postmortem(name, sc, args):
     """Run the job, let it fail (or end it as the scenario says), collect what is on disk."""
     nproc = sc["nproc"]
@@ -668,8 +709,14 @@ def postmortem(name, sc, args):
     t0 = time.time()
     started_utc = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t0))
     print(f"[capture] launching {name}: {' '.join(cmd)}", flush=True)
-    agent = subprocess.Popen(cmd, cwd=JOB_DIR, env=env, stdout=console,
+    stamped_name = sc.get("console_stamps")
+    agent = subprocess.Popen(cmd, cwd=JOB_DIR, env=env, stdout=subprocess.PIPE if stamped_name else console,
                              stderr=subprocess.STDOUT, start_new_session=True)
+    reader = None
+    if stamped_name:
+        reader = threading.Thread(target=stamp_console, daemon=True,
+                                  args=(agent.stdout, console, os.path.join(JOB_DIR, stamped_name)))
+        reader.start()
     ranks, started_at, pid_check = find_rank_pids(agent, nproc, t0)
 
     # ---- the scenario's actions, in order
@@ -761,6 +808,8 @@ def postmortem(name, sc, args):
             os.kill(pid, signal.SIGKILL)
             done.append(f"+{t_rel(t0)}s SIGKILL to rank {r} (pid {pid}) by the collector")
     agent_rc = agent.wait()
+    if reader is not None:
+        reader.join(30)
     console.close()
     duration = t_rel(t0)
     for line in done:
@@ -768,6 +817,8 @@ def postmortem(name, sc, args):
 
     # ---- collect what is on disk
     shutil.copyfile(console_path, os.path.join(outdir, "torchrun.log"))
+    if stamped_name:
+        shutil.copyfile(os.path.join(JOB_DIR, stamped_name), os.path.join(outdir, stamped_name))
     for r in sorted(ranks):
         out, err = rank_log_files(r)
         for src, dst in ((out, f"rank{r}.stdout.log"), (err, f"rank{r}.stderr.log")):
