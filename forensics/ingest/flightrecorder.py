@@ -244,13 +244,17 @@ def _fits(value) -> bool:
     return type(value) is int and _INT_MIN <= value < _INT_MAX
 
 
+_DIGITS = re.compile(r"-?[0-9]+")
+
+
 def _int(value) -> int | None:
     """An int as a dump stores it: ints (not bools) and, in JSON, digit strings."""
     if type(value) is int:
         return value if _INT_MIN <= value < _INT_MAX else None
     if type(value) is str and 0 < len(value) <= 20:
         text = value.strip()
-        if text.lstrip("-").isdigit():
+        # ASCII digits with at most one sign: str.isdigit() also takes "²" and a lstrip("-") "--1"
+        if _DIGITS.fullmatch(text):
             return int(text)
     return None
 
