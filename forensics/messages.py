@@ -41,6 +41,7 @@ import sys
 import time
 from dataclasses import dataclass
 
+from .ingest.textio import int_text
 from .model import Evidence, MessageHit, normalize_op
 
 CAUSES = ("hang", "timeout", "network_fault", "peer_died", "collective_mismatch", "missing_rank",
@@ -181,8 +182,9 @@ def _hex(text: str) -> int | None:
 
 def _signal(text: str) -> str:
     name = text.strip().upper().rsplit(".", 1)[-1]
-    if name.lstrip("-").isdigit():
-        return _SIGNALS.get(abs(int(name)), f"signal {abs(int(name))}")
+    number = int_text(name, 12)
+    if number is not None:
+        return _SIGNALS.get(abs(number), f"signal {abs(number)}")
     return name if name.startswith("SIG") else "SIG" + name
 
 

@@ -66,7 +66,7 @@ from .. import lazy
 from ..model import Evidence, MessageHit, ProcessGroup, normalize_op
 from .facts import Facts
 from .reader import reader_hooks
-from .textio import ANSI_COLOUR, has_nul, read_document
+from .textio import ANSI_COLOUR, has_nul, int_text, read_document
 
 KIND = "fr-analyzer-report"
 PREFIX = "fr-analyzer-"
@@ -271,10 +271,10 @@ class _Reader:
         expected = fields.get("expected ranks")
         members = _ranks(expected) if expected is not None and _RANK_SET.fullmatch(expected) else None
         world = fields.get("world size")
-        if world is not None and world.isdigit():
-            facts["world_size"] = int(world)
-        elif expected is not None and expected.isdigit():  # 2.5-2.6: "expected ranks: <count>"
-            facts["world_size"] = int(expected)
+        if world is not None and world.isdigit() and int_text(world) is not None:
+            facts["world_size"] = int_text(world)
+        elif expected is not None and expected.isdigit() and int_text(expected) is not None:  # 2.5-2.6: a count
+            facts["world_size"] = int_text(expected)
         if members is not None and group is not None:
             self._group(group, desc, members, block.evidence.line)
         if block.entry_id == "fr-analyzer-not-all-ranks-joined":
@@ -384,9 +384,10 @@ class _Reader:
             if title == "Groups" and cells.get("id"):
                 desc, members, _ = self.guids.get(cells["id"], ("", (), number))
                 self.guids[cells["id"]] = (cells.get("desc", ""), members, number)
-            elif title == "Memberships" and cells.get("group_id") and cells.get("global_rank", "").isdigit():
+            elif (title == "Memberships" and cells.get("group_id") and cells.get("global_rank", "").isdigit()
+                  and int_text(cells["global_rank"]) is not None):
                 desc, members, line = self.guids.get(cells["group_id"], ("", (), number))
-                self.guids[cells["group_id"]] = (desc, tuple(sorted(set(members) | {int(cells["global_rank"])})),
+                self.guids[cells["group_id"]] = (desc, tuple(sorted(set(members) | {int_text(cells["global_rank"])})),
                                                  line)
             elif title == "Collectives" and cells.get("group_id") is not None:
                 expected = cells.get("expected_ranks", "")

@@ -16,7 +16,7 @@ from .. import lazy
 from .reader import reader_hooks
 from ..model import MAX_RANKS, Evidence, plausible_rank
 from .facts import Facts
-from .textio import InputError, read_text
+from .textio import InputError, int_text, read_text
 
 KIND = "rank-map"
 NAMES = {"pid_map.json", "pid_map.yaml", "ranks.yaml", "ranks.yml", "ranks.json",
@@ -53,9 +53,10 @@ def parse(path: str, display: str) -> Facts:
     lines = text.splitlines()
     for key, value in ranks.items():
         key_text = str(key)
-        if not key_text.lstrip("-").isdigit():
-            continue
-        if not key_text.isdigit() or not plausible_rank(int(key_text)):
+        if not (key_text.isascii() and key_text.lstrip("-").isdigit()):
+            continue  # not a rank's entry ("launcher_pids", ...)
+        number = int_text(key_text, 40)
+        if number is None or number < 0 or not plausible_rank(number):
             facts.diag(_line_of(lines, key_text), f"rank {key_text[:40]}{'…' if len(key_text) > 40 else ''} "
                                                   f"is not a rank number (0 to {MAX_RANKS - 1:,}); its entry is not used")
             continue
@@ -64,7 +65,7 @@ def parse(path: str, display: str) -> Facts:
             facts.diag(_line_of(lines, key_text), f"rank {key_text}: pid must be an integer, got {pid!r}")
             continue
         line = _line_of(lines, key_text)
-        facts.pid_ranks.append((host, pid, int(key_text),
+        facts.pid_ranks.append((host, pid, number,
                                 Evidence(display, line, lines[line - 1].strip() if line else key_text)))
     return facts
 

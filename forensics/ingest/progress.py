@@ -12,7 +12,7 @@ from .. import model as m
 from ..ranges import compact
 from .facts import Facts
 from .reader import reader_hooks
-from .textio import InputError, read_text
+from .textio import InputError, int_text, read_text
 
 KIND = "collect-progress"
 SCHEMA = "forensics.progress/1"
@@ -34,12 +34,13 @@ def parse(path: str, display: str) -> Facts:
     rounds, seconds = data.get("rounds"), data.get("seconds")
     still, moved, fr_still = [], [], []
     for key, entry in data["ranks"].items():
-        if not str(key).isdigit() or not isinstance(entry, dict) or not isinstance(entry.get("moved"), bool):
+        rank = int_text(str(key), 12)
+        if rank is None or rank < 0 or not isinstance(entry, dict) or not isinstance(entry.get("moved"), bool):
             facts.diag(1, f"rank entry {str(key)[:40]!r} is not a rank's progress: ignored")
             continue
-        (moved if entry["moved"] else still).append(int(key))
+        (moved if entry["moved"] else still).append(rank)
         if not entry["moved"] and entry.get("flight_recorder_changed") is False:
-            fr_still.append(int(key))
+            fr_still.append(rank)
     span = f"{rounds} rounds over {seconds} s" if isinstance(rounds, int) and isinstance(seconds, (int, float)) \
         else "its rounds"
     evidence = m.Evidence(display, 1, text.splitlines()[0] if text else "")

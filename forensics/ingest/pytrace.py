@@ -74,7 +74,7 @@ from .facts import Facts
 from .grammar import parser
 from .reader import reader_hooks
 from .statements import HEAD_WINDOW, TAIL_WINDOW, _read as read_windows  # a big file's head and tail
-from .textio import HEAD_BYTES, InputError, compression, has_nul, looks_binary, open_regular
+from .textio import HEAD_BYTES, InputError, compression, has_nul, int_text, looks_binary, open_regular
 from .torchlog import _ANSI, _ANSI_PATTERN, _LABEL, _OUTER, LABEL_HEAD_LINES, labelled  # the prefixes c10d logs carry too
 
 KIND_TRACEBACK = "traceback"
@@ -172,7 +172,7 @@ class _Lines:
     def file_line(self, path, lineno, style=None, name=None):
         path = str(path)
         path = path[1:-1] if path.startswith('"') else ""
-        line = int(lineno) if str(lineno).isdigit() else 0
+        line = max(0, int_text(str(lineno), 12) or 0)
         if style is None:
             return ("location", path, line)  # a SyntaxError's `  File "x", line 3`
         function = str(name) if name is not None else ""

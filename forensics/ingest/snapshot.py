@@ -26,7 +26,7 @@ from .. import model as m
 from ..model import Evidence
 from . import jsonwalk
 from .facts import Facts
-from .textio import InputError, has_nul, looks_binary, read_text
+from .textio import InputError, has_nul, int_text, looks_binary, read_text
 
 KIND = "snapshot"
 SCHEMA = "forensics.snapshot/1"
@@ -398,8 +398,8 @@ def _int_list(value):
     for item in value:
         if _is_int(item):
             out.append(item)
-        elif isinstance(item, str) and item.strip().lstrip("-").isdigit():
-            out.append(int(item))
+        elif isinstance(item, str) and int_text(item) is not None:
+            out.append(int_text(item))
         else:
             return None
     return out
@@ -412,8 +412,8 @@ def _int_or_none(value, name, warn):
         return value
     if isinstance(value, float) and math.isfinite(value) and value.is_integer():
         return int(value)
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return int(value)
+    if isinstance(value, str) and int_text(value) is not None:
+        return int_text(value)
     warn(f"{name} must be an integer, got {value!r}: ignored")
     return None
 

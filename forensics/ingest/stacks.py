@@ -35,6 +35,7 @@ from dataclasses import dataclass, replace
 from .. import model as m
 from .. import lazy
 from ..model import CommOp, Evidence, Frame, ProcessDump, ThreadStack
+from .textio import int_text
 
 # ------------------------------------------------------------------ vocabularies
 
@@ -278,8 +279,9 @@ def _locals_int(frame: Frame, *names) -> tuple[bool, int | None]:
                 value = value.strip()
                 if value == "None":
                     return True, None
-                if value.lstrip("-").isdigit():
-                    return True, int(value)
+                number = int_text(value)
+                if number is not None:
+                    return True, number
     return False, None
 
 

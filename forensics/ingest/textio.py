@@ -344,6 +344,18 @@ def read_document(path: str, display: str, limit: int | None = None) -> str:
     return text
 
 
+_INT_TEXT = re.compile(r"[-+]?[0-9]+")
+
+
+def int_text(text: str, most: int = 20) -> int | None:
+    """The int a text spells (ASCII digits, one sign at most, blanks around;
+    `most` characters at most), else None. Not `str.isdigit()`: it takes
+    "²" and "١٢", which `int()` refuses or reads; nor `lstrip("-")`, which
+    lets "--1" through."""
+    text = text.strip()
+    return int(text) if len(text) <= most and _INT_TEXT.fullmatch(text) else None
+
+
 # ---------------------------------------------------------------- collectors' timestamps
 
 # What a log collector writes before every line of a program's output: the
