@@ -74,7 +74,7 @@ from . import jsonwalk, safepickle
 from .attribution import rank_from_path
 from .facts import Facts
 from .stacks import _library_file
-from .textio import InputError, read_bytes
+from .textio import InputError, int_text, read_bytes
 from .workers import SharedTuple
 
 KIND = "flight-recorder"
@@ -244,18 +244,13 @@ def _fits(value) -> bool:
     return type(value) is int and _INT_MIN <= value < _INT_MAX
 
 
-_DIGITS = re.compile(r"-?[0-9]+")
-
-
 def _int(value) -> int | None:
     """An int as a dump stores it: ints (not bools) and, in JSON, digit strings."""
     if type(value) is int:
         return value if _INT_MIN <= value < _INT_MAX else None
-    if type(value) is str and 0 < len(value) <= 20:
-        text = value.strip()
-        # ASCII digits with at most one sign: str.isdigit() also takes "²" and a lstrip("-") "--1"
-        if _DIGITS.fullmatch(text):
-            return int(text)
+    if type(value) is str:
+        number = int_text(value)
+        return number if number is not None and _INT_MIN <= number < _INT_MAX else None
     return None
 
 

@@ -271,10 +271,10 @@ class _Reader:
         expected = fields.get("expected ranks")
         members = _ranks(expected) if expected is not None and _RANK_SET.fullmatch(expected) else None
         world = fields.get("world size")
-        if world is not None and world.isdigit() and int_text(world) is not None:
-            facts["world_size"] = int_text(world)
-        elif expected is not None and expected.isdigit() and int_text(expected) is not None:  # 2.5-2.6: a count
-            facts["world_size"] = int_text(expected)
+        # the world size, else (2.5-2.6) "expected ranks: <count>"
+        sizes = [n for n in (int_text(world or ""), int_text(expected or "")) if n is not None and n >= 0]
+        if sizes:
+            facts["world_size"] = sizes[0]
         if members is not None and group is not None:
             self._group(group, desc, members, block.evidence.line)
         if block.entry_id == "fr-analyzer-not-all-ranks-joined":
@@ -384,11 +384,10 @@ class _Reader:
             if title == "Groups" and cells.get("id"):
                 desc, members, _ = self.guids.get(cells["id"], ("", (), number))
                 self.guids[cells["id"]] = (cells.get("desc", ""), members, number)
-            elif (title == "Memberships" and cells.get("group_id") and cells.get("global_rank", "").isdigit()
-                  and int_text(cells["global_rank"]) is not None):
+            elif (title == "Memberships" and cells.get("group_id")
+                  and (member := int_text(cells.get("global_rank", ""))) is not None and member >= 0):
                 desc, members, line = self.guids.get(cells["group_id"], ("", (), number))
-                self.guids[cells["group_id"]] = (desc, tuple(sorted(set(members) | {int_text(cells["global_rank"])})),
-                                                 line)
+                self.guids[cells["group_id"]] = (desc, tuple(sorted(set(members) | {member})), line)
             elif title == "Collectives" and cells.get("group_id") is not None:
                 expected = cells.get("expected_ranks", "")
                 if _RANK_SET.fullmatch(expected):

@@ -398,8 +398,8 @@ def _int_list(value):
     for item in value:
         if _is_int(item):
             out.append(item)
-        elif isinstance(item, str) and int_text(item) is not None:
-            out.append(int_text(item))
+        elif isinstance(item, str) and (number := int_text(item)) is not None:
+            out.append(number)
         else:
             return None
     return out
@@ -412,8 +412,8 @@ def _int_or_none(value, name, warn):
         return value
     if isinstance(value, float) and math.isfinite(value) and value.is_integer():
         return int(value)
-    if isinstance(value, str) and int_text(value) is not None:
-        return int_text(value)
+    if isinstance(value, str) and (number := int_text(value)) is not None:
+        return number
     warn(f"{name} must be an integer, got {value!r}: ignored")
     return None
 
