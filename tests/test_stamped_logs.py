@@ -166,3 +166,22 @@ def test_an_incident_collected_with_timestamps_gets_the_same_diagnosis(folder, t
     read = {os.path.basename(r.path) for r in plain.incident.read} & names
     said = {os.path.basename(d.path) for d in with_stamps.diagnostics if "log collector's timestamp" in d.message}
     assert said == read  # each stamped file a reader took is said to be read without its stamps
+
+
+def test_no_room_for_the_copy_is_an_error_on_that_file_not_a_crash(tmp_path, monkeypatch):
+    import tempfile
+
+    real = os.path.join(CORPUS, "real_monitored_barrier_names_rank")
+    with open(os.path.join(real, "rank0.stderr.log"), "rb") as handle:
+        (tmp_path / "rank0.stderr.log").write_bytes(stamp_lines(handle.read()))
+    shutil.copy(os.path.join(real, "rank2.stderr.log"), tmp_path / "rank2.stderr.log")
+
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(tempfile, "mkdtemp", full)
+    report = analyze(str(tmp_path), jobs=1)
+    errors = [d for d in report.diagnostics if d.severity == "error"]
+    assert [(d.path, d.message) for d in errors] == [
+        ("rank0.stderr.log", "no temporary folder for a copy without its timestamps (No space left on device): "
+                             "file not read")]

@@ -263,7 +263,11 @@ def _parse_unstamped(artifact, plugins):
     import shutil
     import tempfile
 
-    folder = tempfile.mkdtemp(prefix="forensics-unstamped-")
+    try:
+        folder = tempfile.mkdtemp(prefix="forensics-unstamped-")
+    except OSError as exc:
+        return ("error", artifact.display, f"no temporary folder for a copy without its timestamps "
+                                           f"({exc.strerror or exc}): file not read", 0)
     try:
         take_notes()
         try:
@@ -434,7 +438,9 @@ def load_incident(paths, plugins, hung: bool = False, jobs: int | None = None,
         if isinstance(result, tuple):
             _, path, message, line = result
             errors.append(InputError(path, message, line))
-            diagnostics.append(Diagnostic(path, line, message, "error"))
+            diagnostic = Diagnostic(path, line, message, "error")
+            if diagnostic not in diagnostics:  # one file two readers claimed, unreadable for both
+                diagnostics.append(diagnostic)
             continue
         facts.append(result)
     if not facts:

@@ -399,32 +399,37 @@ def unstamped_copy(path: str, folder: str) -> str:
     name = re.sub(r"\.(?:gz|zst|zstd)$", "", os.path.basename(path)) or "log"
     copy = os.path.join(folder, name)
     try:
-        with open_binary(path) as source, open(copy, "wb") as out:
-            left = getattr(source, "size_at_open", _UNLIMITED)
-            carry = b""   # the start of a line not ended yet
-            mid = False   # what comes next continues a line already written in part (one over 4 MiB)
-            while left > 0:
-                chunk = source.read(min(_STEP, left))
-                if not chunk:
-                    break
-                left -= len(chunk)
-                if mid:
-                    end = chunk.find(b"\n") + 1
-                    if not end:
-                        out.write(chunk)
-                        continue
-                    out.write(chunk[:end])
-                    chunk, mid = chunk[end:], False
-                chunk = carry + chunk
-                cut = chunk.rfind(b"\n") + 1
-                out.write(unstamp(chunk[:cut]))
-                carry = chunk[cut:]
-                if len(carry) > 4 * _STEP:
-                    out.write(unstamp(carry))
-                    carry, mid = b"", True
-            out.write(unstamp(carry))
+        out = open(copy, "wb")
+    except OSError as exc:
+        raise InputError(path, f"cannot write its copy without timestamps: {_reason(exc)}") from None
+    try:
+        with out:
+            with open_binary(path) as source:
+                left = getattr(source, "size_at_open", _UNLIMITED)
+                carry = b""   # the start of a line not ended yet
+                mid = False   # what comes next continues a line already written in part (one over 4 MiB)
+                while left > 0:
+                    chunk = source.read(min(_STEP, left))
+                    if not chunk:
+                        break
+                    left -= len(chunk)
+                    if mid:
+                        end = chunk.find(b"\n") + 1
+                        if not end:
+                            out.write(chunk)
+                            continue
+                        out.write(chunk[:end])
+                        chunk, mid = chunk[end:], False
+                    chunk = carry + chunk
+                    cut = chunk.rfind(b"\n") + 1
+                    out.write(unstamp(chunk[:cut]))
+                    carry = chunk[cut:]
+                    if len(carry) > 4 * _STEP:
+                        out.write(unstamp(carry))
+                        carry, mid = b"", True
+                out.write(unstamp(carry))
     except STREAM_ERRORS as exc:
-        raise InputError(path, f"cannot read: {_reason(exc)}") from None
+        raise InputError(path, f"cannot read it or write its copy without timestamps: {_reason(exc)}") from None
     return copy
 
 
