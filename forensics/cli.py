@@ -208,7 +208,7 @@ def build_parser(plugin_set=None) -> argparse.ArgumentParser:
     msgs_sub = msgs.add_subparsers(dest="messages_command", metavar="ACTION", parser_class=_Parser)
     msg_list = msgs_sub.add_parser("list", help="every message: id, project, cause, versions, source")
     msg_list.add_argument("--format", "-f", choices=("text", "json"), default="text")
-    msg_list.add_argument("--project", choices=("pytorch", "nccl", "gloo", "linux", "nvidia"))
+    msg_list.add_argument("--project", choices=("pytorch", "nccl", "gloo", "linux", "nvidia", "openmpi"))
     msg_list.add_argument("--cause", metavar="CAUSE", help="only messages of this cause class")
     msg_show = msgs_sub.add_parser("show", help="one message: wordings, example, what it proves")
     msg_show.add_argument("message_id", metavar="ID")

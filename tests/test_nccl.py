@@ -1024,3 +1024,31 @@ def test_text_report_explains_lines_counted_from_the_end(tmp_path):
     assert "行号为负数表示从文件末尾倒数" in render(report, "text", "zh")
     full = render(forensics.analyze(folder, hung=True, jobs=1), "text")  # files under the threshold
     assert "Negative line numbers" not in full and not re.search(r"\.log:-\d", full)
+
+
+def test_other_programs_lines_in_an_nccl_log_are_read_through_the_catalogue(tmp_path):
+    """mpirun's report and Open MPI's signal handler share the console with
+    NCCL's lines: their catalogued messages count (with the process they
+    name), while NCCL's own message text without NCCL's prefix does not
+    (nothing says which process printed it)."""
+    log = tmp_path / "all_reduce_perf.out"
+    log.write_text(
+        "node-a:4242:4242 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>\n"
+        "node-a:4242:4250 [0] NCCL INFO comm 0x55e4b16d7a30 rank 0 nranks 2 cudaDev 0 busId 1a000 "
+        "commId 0x83f1d0a29c6b5e47 - Init START\n"
+        "[node-a:04242] *** Process received signal ***\n"
+        "[node-a:04242] Signal: Bus error (7)\n"
+        "NET/IB : Got completion from peer 10.0.0.2<39114> with status=12 opcode=0 len=0 vendor err 129 (Recv)\n"
+        "\x1b[31mmpirun noticed that process rank 0 with PID 4242 on node node-a exited on signal 7 (Bus error).\x1b[0m\n",
+        encoding="utf-8")
+    facts = nccl.parse(str(log), "all_reduce_perf.out")
+    hits = {hit.id: hit for hit in facts.messages}
+    assert hits["openmpi-process-received-signal"].fact("pid") == 4242
+    assert hits["openmpi-process-received-signal"].fact("signal") == "SIGBUS"
+    mpirun = hits["openmpi-process-exited-on-signal"]
+    assert (mpirun.fact("rank"), mpirun.fact("host"), mpirun.evidence.line) == (0, "node-a", 6)
+    from forensics.messages import catalogue
+
+    bare = "NET/IB : Got completion from peer 10.0.0.2<39114> with status=12 opcode=0 len=0 vendor err 129 (Recv)"
+    nccl_ids = [entry.id for entry, _ in catalogue().match(bare)]
+    assert nccl_ids and not set(nccl_ids) & set(hits)  # NCCL's words, but no NCCL prefix: whose?

@@ -144,6 +144,8 @@ _BOOTSTRAP = lazy.regex(rb"Bootstrap ?: ?Using")
 # rest (COLL, ring, init lines) this reader reads itself, and there are many.
 _STATED_RULES = frozenset({"warn_line", "misc_line"})
 MAX_STATED = 64  # lines of one catalogue entry kept per file (the first): others' are never crowded out
+MAX_OTHER = 16384  # another program's line longer than this is not searched for catalogued messages
+_ANSI_TEXT = lazy.regex(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 _END_EVENT = (b"- Init ", b"- Abort ", b"- Destroy ", b"- Revoke ")
 # Every number of a message: hex after opCount/busId and inside brackets,
 # 0x addresses, decimals (with their sign). Each becomes one NUL.
@@ -1079,6 +1081,19 @@ class _Layout(NamedTuple):
 _SHAPES = _Cache(16 << 20)    # line shape → _Layout
 
 
+_NCCL_IDS: dict = {}  # id(catalogue) -> (the catalogue, the ids of its NCCL entries)
+
+
+def _nccl_entries() -> frozenset:
+    """The ids of the catalogue's NCCL entries."""
+    cat = messages.catalogue()
+    known = _NCCL_IDS.get(id(cat))
+    if known is None or known[0] is not cat:
+        _NCCL_IDS.clear()
+        known = _NCCL_IDS[id(cat)] = (cat, frozenset(e.id for e in cat.entries if e.project == "nccl"))
+    return known[1]
+
+
 def _text(data: bytes) -> str:
     text = data.decode("utf-8", "replace").strip()
     return text if len(text) <= MAX_EVIDENCE else text[:MAX_EVIDENCE - 1] + "…"
@@ -1267,6 +1282,8 @@ class _Reader:
             if layout is None:
                 if b"NCCL" in line:
                     self._slow(line, number)
+                else:
+                    self._other(line, number)
                 continue
             proc = procs_get(line[layout.who])
             if proc is None or layout.outer:
@@ -1449,6 +1466,25 @@ class _Reader:
             context = (newest[0], newest[1][newest[2].comm].decode("ascii", "replace").lower())
         text = _text(seg) if kind in ("ring_dump", "ring", "trees") else ""
         self.topo_items.append((proc.key, tid, number, context, kind, data, text))
+
+    def _other(self, line: bytes, number: int) -> None:
+        """Another program's line in this log (mpirun's report of the process
+        that died, a crash handler's signal line, the kernel's): what the
+        message catalogue's entries of other projects than NCCL recognize in
+        it. NCCL's own messages count only on lines with NCCL's prefix, which
+        says which process printed them. No other reader reads the lines of
+        a file this one claims unless it claims the file too; a line two
+        readers see is one hit (merge)."""
+        if len(line) > MAX_OTHER or line.isspace():
+            return
+        text = line.decode("utf-8", "replace")
+        if "\x1b" in text:
+            text = _ANSI_TEXT.sub("", text)
+        text = text.strip()
+        if text:
+            skip = self.stated.full | _nccl_entries()
+            self.facts.messages.extend(hit for hit in messages.line_hits(
+                text, Evidence(self.display, self.out(number), _text(line)), skip=skip) if self.stated.take(hit))
 
     def _stated(self, proc: _Proc, number: int, seg: bytes) -> None:
         """What the message catalogue recognizes in a WARN or identity line."""
