@@ -253,6 +253,11 @@ class Catalogue:
         found.update((id(e), e) for literal, es in self._digit_literals if literal in line for e in es)
         return sorted(found.values(), key=lambda e: self._order[e.id])
 
+    def literals_with_digits(self) -> list[tuple[str, list[Entry]]]:
+        """The few literals holding a digit (no line shape tells whether a
+        line holds them), with their entries."""
+        return list(self._digit_literals)
+
     def match(self, line: str, skip=frozenset()) -> list[tuple[Entry, dict]]:
         """(entry, facts) of every entry whose patterns match the line; the
         ids in `skip` (entries a reader has kept enough of) are not tried."""

@@ -1081,17 +1081,48 @@ class _Layout(NamedTuple):
 _SHAPES = _Cache(16 << 20)    # line shape → _Layout
 
 
-_NCCL_IDS: dict = {}  # id(catalogue) -> (the catalogue, the ids of its NCCL entries)
+_ZERO_DIGITS = bytes.maketrans(b"123456789", b"000000000")
 
 
-def _nccl_entries() -> frozenset:
-    """The ids of the catalogue's NCCL entries."""
-    cat = messages.catalogue()
-    known = _NCCL_IDS.get(id(cat))
-    if known is None or known[0] is not cat:
-        _NCCL_IDS.clear()
-        known = _NCCL_IDS[id(cat)] = (cat, frozenset(e.id for e in cat.entries if e.project == "nccl"))
-    return known[1]
+class _OtherLines:
+    """Which lines of other programs the catalogue's entries of other
+    projects than NCCL may match, decided once per line shape (digits
+    masked): which digit-free literals a line holds depends on its shape
+    alone, and a literal with digits can be in a line only if its masked
+    form is in the shape. A log's own lines (training progress, a
+    launcher's) repeat a few shapes, so most lines cost a translate and a
+    lookup."""
+
+    SHAPES = 4096
+    NO, YES, DIGITS = 0, 1, 2  # per shape: no entry can match; try them; only if a literal with digits is there
+
+    def __init__(self):
+        self.catalogue = cat = messages.catalogue()
+        self.skip = frozenset(e.id for e in cat.entries if e.project == "nccl")
+        self.digits = tuple((literal.encode(), literal.encode().translate(_ZERO_DIGITS))
+                            for literal, entries in cat.literals_with_digits()
+                            if any(e.id not in self.skip for e in entries))
+        self.shapes: dict[bytes, int] = {}
+
+    def judge(self, line: bytes, shape: bytes) -> int:
+        if len(self.shapes) >= self.SHAPES:
+            self.shapes.clear()
+        text = line.decode("utf-8", "replace")
+        if b"\x1b" in line or any(e.id not in self.skip for e in self.catalogue.candidates(text)):
+            verdict = self.YES  # colour codes may split a literal: such shapes are always tried
+        else:
+            verdict = self.DIGITS if any(masked in shape for _, masked in self.digits) else self.NO
+        self.shapes[shape] = verdict
+        return verdict
+
+    def may_match(self, line: bytes) -> bool:
+        shape = line.translate(_ZERO_DIGITS)
+        verdict = self.shapes.get(shape)
+        if verdict is None:
+            verdict = self.judge(line, shape)
+        if verdict == self.DIGITS:
+            return any(literal in line for literal, _ in self.digits)
+        return verdict == self.YES
 
 
 def _text(data: bytes) -> str:
@@ -1249,6 +1280,7 @@ class _Reader:
         self.facts = facts
         self.display = display
         self.stated = messages.Kept(MAX_STATED)
+        self.others: _OtherLines | None = None  # made when a line of another program first comes
         self.procs: dict[tuple, _Proc] = {}
         self.coll_lines = 0
         self.last_line = 0       # set by _chunks
@@ -1475,16 +1507,20 @@ class _Reader:
         says which process printed them. No other reader reads the lines of
         a file this one claims unless it claims the file too; a line two
         readers see is one hit (merge)."""
-        if len(line) > MAX_OTHER or line.isspace():
+        if len(line) > MAX_OTHER:
+            return
+        if self.others is None:
+            self.others = _OtherLines()
+        if not self.others.may_match(line):
             return
         text = line.decode("utf-8", "replace")
         if "\x1b" in text:
             text = _ANSI_TEXT.sub("", text)
         text = text.strip()
         if text:
-            skip = self.stated.full | _nccl_entries()
             self.facts.messages.extend(hit for hit in messages.line_hits(
-                text, Evidence(self.display, self.out(number), _text(line)), skip=skip) if self.stated.take(hit))
+                text, Evidence(self.display, self.out(number), _text(line)), skip=self.stated.full | self.others.skip)
+                if self.stated.take(hit))
 
     def _stated(self, proc: _Proc, number: int, seg: bytes) -> None:
         """What the message catalogue recognizes in a WARN or identity line."""
