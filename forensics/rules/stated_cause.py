@@ -110,7 +110,10 @@ class AddressBook:
     def culprit(self, addr: str = "", host: str = "") -> Culprit:
         key = address_host(addr) if addr else host
         ranks = self.by_host.get(key, set())
-        rank = next(iter(ranks)) if len(ranks) == 1 else self.by_addr.get(addr) if addr else None
+        if addr and addr in self.by_addr:  # the exact address, tied to a rank, before its host's ranks
+            rank = self.by_addr[addr]
+        else:
+            rank = next(iter(ranks)) if len(ranks) == 1 else None
         return Culprit(rank=rank, host=host if host else ("" if _IP.fullmatch(key or "") else key),
                        addr=addr)
 
