@@ -24,9 +24,10 @@ _HEADLINE = {
     "cross_stream_cycle": ("Deadlock: CUDA streams of rank {ranks} wait on each other's events in a cycle "
                            "({cycle}).",
                            "死锁：Rank {ranks} 的 CUDA Stream 通过 Event 形成循环等待（{cycle}）。"),
-    "collective_mismatch": ("Collective mismatch: {who} called a different collective than the rest "
-                            "of its group at the same position.",
-                            "集合通信失配：{who} 在同一位置调用了与组内其他 Rank 不同的集合通信。"),
+    "collective_mismatch": ("Collective mismatch: at the same position of its group, {who} called a different "
+                            "collective than the rest, or the same one with other sizes or dtypes.",
+                            "集合通信失配：在通信组的同一位置，{who} 调用了与其他 Rank 不同的集合通信，"
+                            "或同一集合通信但大小或 dtype 不同。"),
     "dead_rank": ("Dead rank: {who} has exited while others still wait for it.",
                   "成员退出：{who} 已退出，其他 Rank 仍在等待它。"),
     "missing_rank": ("Missing rank: everyone waits for {who}, which never joined the call.",

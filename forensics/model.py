@@ -301,6 +301,11 @@ class CommOp:
     # Where the call is in its rank's launch order (Flight Recorder's
     # record_id: one counter across all groups of the process).
     record_id: int | None = None
+    # Elements in the call's input and output tensors, where the artifact
+    # states a count but maybe no shape (WorkNCCL's NumelIn/NumelOut in
+    # watchdog and error lines of torch 2.1 and later).
+    numel_in: int | None = None
+    numel_out: int | None = None
 
     @property
     def is_collective(self) -> bool:

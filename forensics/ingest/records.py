@@ -226,6 +226,8 @@ def _joined(current: m.CommOp, last: m.CommOp) -> m.CommOp:
                    record_id=current.record_id if current.record_id is not None else last.record_id,
                    seq=current.seq if current.seq is not None else last.seq,
                    sizes=current.sizes or last.sizes, dtype=current.dtype or last.dtype,
+                   numel_in=current.numel_in if current.numel_in is not None else last.numel_in,
+                   numel_out=current.numel_out if current.numel_out is not None else last.numel_out,
                    timeout_ms=current.timeout_ms or last.timeout_ms,
                    elapsed_ms=current.elapsed_ms or last.elapsed_ms)
 

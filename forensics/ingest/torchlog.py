@@ -334,6 +334,12 @@ class _Records:
     def work_timeout(self, c):
         return ("timeout", _num(c))
 
+    def work_numel_in(self, c):
+        return ("numel_in", _num(c))
+
+    def work_numel_out(self, c):
+        return ("numel_out", _num(c))
+
     def work_shape(self, c):
         return c[0]
 
@@ -930,11 +936,21 @@ def _merged(old: CommOp, new: CommOp, old_is_weak: bool = False) -> CommOp:
     watchdog line): what it adds is kept, and the first statement stays the
     evidence unless that was only a DETAIL `Running collective` line."""
     return replace(new, sizes=new.sizes or old.sizes, dtype=new.dtype or old.dtype,
+                   numel_in=new.numel_in if new.numel_in is not None else old.numel_in,
+                   numel_out=new.numel_out if new.numel_out is not None else old.numel_out,
                    timeout_ms=new.timeout_ms if new.timeout_ms is not None else old.timeout_ms,
                    elapsed_ms=new.elapsed_ms if new.elapsed_ms is not None else old.elapsed_ms,
                    any_source=new.any_source or old.any_source,
                    state=old.state if new.state == "started" else new.state,
                    evidence=new.evidence if old_is_weak or old.evidence is None else old.evidence)
+
+
+def _numel(value: int | None) -> int | None:
+    """A WorkNCCL's NumelIn/NumelOut, or None where it says nothing: a work
+    whose sizes were never recorded prints its initial value, 0 or (a
+    size_t of -1) 18446744073709551615 by version, as a coalesced group's
+    closing work does."""
+    return value if value is not None and 0 < value < 1 << 63 else None
 
 
 def _line(progress: GroupProgress) -> int:
@@ -1711,7 +1727,7 @@ class _Apply:
             tag = item[0]
             if tag == "shape":
                 values["sizes"] = (tuple(n for n in (self.num(r) for r in item[1]) if n is not None),)
-            elif tag in ("seq", "timeout"):
+            elif tag in ("seq", "timeout", "numel_in", "numel_out"):
                 values[tag] = self.num(item[1])
             elif tag in ("op", "dtype"):
                 values[tag] = self.text.get(item[1])
@@ -1728,7 +1744,8 @@ class _Apply:
         return CommOp(op=normalize_op(name) or "comm", group=self.group(ev), seq=seq,
                       state=state, any_source=name.upper() == "RECVANYSOURCE",
                       sizes=values.get("sizes", ()), dtype=dtype, timeout_ms=values.get("timeout"),
-                      elapsed_ms=elapsed, evidence=self.evidence(ev))
+                      elapsed_ms=elapsed, evidence=self.evidence(ev),
+                      numel_in=_numel(values.get("numel_in")), numel_out=_numel(values.get("numel_out")))
 
     def op_label(self, op: CommOp) -> str:
         return f"{op.op} #{op.seq}" if op.seq is not None else op.op

@@ -1,7 +1,8 @@
 """collective-mismatch: members of one group at the same position (seq) call
 different collectives, or the same one with different sizes or dtypes, or a
 call whose own buffers cannot work (an all_gather whose output is not input
-x group size). No amount of waiting completes such a call: it needs no
+x group size), or, where a record states only element counts (a watchdog
+line's NumelIn/NumelOut), different counts. No amount of waiting completes such a call: it needs no
 evidence of a hang. Which buffers members must pass alike depends on the
 collective: a gather's outputs exist only on its root, a scatter's inputs
 only on its root, an all_to_all's split is each rank's own (only the group's
@@ -83,9 +84,15 @@ def forensics_findings(incident):
         if _differs(ops, _OP):
             findings.append(_finding(group, seq, ops, "op", _OP))
             continue  # sizes and dtypes of different collectives say nothing more
+        shapes_differ = False
         for field, key in _compared(next(iter(ops.values())).op):
             if _differs(ops, key):
                 findings.append(_finding(group, seq, ops, field, key))
+                shapes_differ = shapes_differ or field != "dtype"
+        if not shapes_differ:  # counts say more only where shapes did not already differ
+            for field, key in _counted(next(iter(ops.values())).op):
+                if _differs(ops, key):
+                    findings.append(_finding(group, seq, ops, field, key))
     numbered = defaultdict(dict)  # group → {seq: {rank: CommOp}}
     for (group, seq), ops in positions.items():
         if seq != "?" and not group.startswith(UNIDENTIFIED_GROUP):
@@ -160,6 +167,39 @@ def _compared(kind: str) -> tuple:
     return ("dtype", _DTYPE), ("sizes", _SIZES), ("out_sizes", _OUT_SIZES)
 
 
+def _NUMEL_IN(op):
+    """Elements the call reads: a watchdog line's NumelIn, else the total of
+    a record that lists every input and output tensor (Flight Recorder);
+    None from one shape alone (an old WorkNCCL's or a fingerprint's
+    TensorShape need not be the only tensor)."""
+    if op.numel_in is not None:
+        return op.numel_in
+    return _total(op.sizes) or None if op.sizes and op.out_sizes else None
+
+
+def _NUMEL_OUT(op):
+    if op.numel_out is not None:
+        return op.numel_out
+    return _total(op.out_sizes) or None if op.sizes and op.out_sizes else None
+
+
+def _counted(kind: str) -> tuple:
+    """(field, key) of the element counts the members of a `kind` call must
+    agree on, compared where the shapes are not known on every side: a
+    rank's watchdog line states only NumelIn/NumelOut. Never for an
+    exchange (each rank's own split) or a coalesced group (its closing
+    work's count is the members', by version, or none)."""
+    if kind in _EXCHANGES or kind == "coalesced":
+        return ()
+    if kind in _ROOT_RECEIVES:
+        return (("numel_in", _NUMEL_IN),)
+    if kind in _ROOT_SENDS:
+        return (("numel_out", _NUMEL_OUT),)
+    if kind in _ROOT_BUFFER:
+        return (("numel_in", _NUMEL_IN),)
+    return ("numel_in", _NUMEL_IN), ("numel_out", _NUMEL_OUT)
+
+
 def _differs(ops, key) -> bool:
     return len({key(op) for op in ops.values() if key(op)}) > 1
 
@@ -178,13 +218,15 @@ def _finding(group, seq, ops, field, key):
         by_value.setdefault(key(ops[rank]), []).append(rank)
     parts = [f"{'rank' if len(r) == 1 else 'ranks'} {_ranks(r)} {'calls' if len(r) == 1 else 'call'} "
              f"{_show(v, field)}" for v, r in by_value.items()]
-    parts_zh = [f"Rank {_ranks(r)} 调用 {_show(v, field)}" for v, r in by_value.items()]
+    parts_zh = [f"Rank {_ranks(r)} 调用 {_show(v, field, zh=True)}" for v, r in by_value.items()]
     evidence = tuple(ops[r[0]].evidence for r in by_value.values() if ops[r[0]].evidence)
     done = all(op.state == "completed" for op in ops.values())
     what = {"op": "different collectives", "dtype": "different dtypes", "sizes": "different sizes",
-            "out_sizes": "different output sizes"}[field]
+            "out_sizes": "different output sizes", "numel_in": "different input element counts",
+            "numel_out": "different output element counts"}[field]
     what_zh = {"op": "不同的集合通信算子", "dtype": "不同的 dtype", "sizes": "不同的张量大小",
-               "out_sizes": "不同的输出张量大小"}[field]
+               "out_sizes": "不同的输出张量大小", "numel_in": "不同的输入元素个数",
+               "numel_out": "不同的输出元素个数"}[field]
     where = f"position {seq}" if seq != "?" else "the position every member is blocked in"
     where_zh = f"第 {seq} 次集合通信" if seq != "?" else "所有成员当前阻塞的位置"
     outcome = ("they completed anyway, but the results are wrong" if done
@@ -192,15 +234,27 @@ def _finding(group, seq, ops, field, key):
     outcome_zh = "虽然已完成，但结果是错误的" if done else "任何一方都无法完成（集合通信失配）"
     message = f"Group {group}, {where}: {'; '.join(parts)} — {what} at the same position, {outcome}."
     message_zh = f"通信组 {group}，{where_zh}：{'；'.join(parts_zh)}——同一位置{what_zh}，{outcome_zh}。"
+    if majority is not None:
+        return Finding(ID, KIND, "warning" if done else "error", tuple(culprits), message, evidence, HINT,
+                       message_zh, HINT_ZH)
+    # As many ranks on each side: the calls disagree, which side is odd they do not say.
+    sides = " against ".join(_ranks(r) for r in by_value.values())
     return Finding(ID, KIND, "warning" if done else "error", tuple(culprits), message, evidence, HINT,
-                   message_zh, HINT_ZH)
+                   message_zh, HINT_ZH, confidence="medium",
+                   confidence_reason=f"as many ranks on each side ({sides}): which call is the odd one needs "
+                                     f"the other members' calls at this position",
+                   confidence_reason_zh=f"双方 Rank 数相同（{sides}）：要判断哪一方异常，需要该位置上其他成员的调用")
 
 
-def _show(value, field):
+def _show(value, field, zh=False):
     if field == "sizes":
         return "sizes " + str([list(x) for x in value])
     if field == "out_sizes":
         return "output sizes " + str([list(x) for x in value])
+    if field == "numel_in":
+        return f"{value:,} 个输入元素" if zh else f"{value:,} input elements"
+    if field == "numel_out":
+        return f"{value:,} 个输出元素" if zh else f"{value:,} output elements"
     return str(value)
 
 
@@ -490,12 +544,19 @@ RULES = (RuleDoc(
     "skip (`if rank == 0: all_reduce()`), or uneven shards end one rank's loop early. Only the buffers "
     "every member passes alike are compared (a gather's outputs exist only on its root; an all_to_all "
     "must only add up over the group); a call whose own input and output cannot work is reported too. "
+    "Where a rank's record gives only element counts (the NumelIn/NumelOut of a watchdog or error line "
+    "of torch 2.1 and later), the counts are compared instead; a count the work never recorded (0, or "
+    "a size_t of -1) is not compared. The odd ones out are the ranks against the majority; with as many "
+    "ranks on each side, all are named at medium confidence. "
     "Every position is compared, not only the first; a disagreement in calls that all completed is a "
     "warning.",
     "同一进程组的成员在相同位置（序号）调用了不同的集合通信，或同一集合通信的大小、dtype 不同："
     "某个 Rank 调用了其他 Rank 跳过的集合通信（`if rank == 0: all_reduce()`），或数据分片不均使某个 Rank "
     "提前结束循环。只比较所有成员都同样传入的缓冲区（gather 的输出只在 root 上存在；all_to_all 只需全组总量相符）；"
-    "自身输入与输出无法成立的调用也会报告。比较所有位置而不仅是第一个；已全部完成的调用之间的不一致记为警告。",
+    "自身输入与输出无法成立的调用也会报告。某个 Rank 的记录只给出元素个数时（torch 2.1 及以后版本 watchdog "
+    "或错误行中的 NumelIn/NumelOut），改为比较元素个数；work 未记录的个数（0，或 size_t 的 -1）不参与比较。"
+    "与多数不同的 Rank 即为异常方；双方 Rank 数相同时全部列出，置信度为中。"
+    "比较所有位置而不仅是第一个；已全部完成的调用之间的不一致记为警告。",
     HINT, HINT_ZH, kinds=(KIND,), source=__name__),
     RuleDoc(
         STATE_ID, "Members disagree on a call's state", "成员对调用状态不一致", "warning",
