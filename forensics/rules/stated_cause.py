@@ -159,7 +159,86 @@ def _missing(incident, hits) -> list[Finding]:
                            confidence="high",
                            confidence_reason=f"the message itself names the rank(s) that did not arrive ({entry.id})",
                            confidence_reason_zh=f"消息本身点名了未到达的 Rank（{entry.id}）"))
+    return out + _counted_missing(incident, hits)
+
+
+# The store-based barrier of process-group creation: each process adds
+# itself under one key and waits until the count reaches the group's size.
+_STORE_BARRIER = frozenset({"torch-store-barrier-timeout", "torch-store-barrier-waiting",
+                            "torch-store-barrier-completed"})
+
+
+def _counts_the_absent(hit: MessageHit, entry) -> bool:
+    """A store-based barrier's timeout: `count` of `world_size` arrived."""
+    world, count = hit.fact("world_size"), hit.fact("count")
+    return (entry.cause == "missing_rank" and entry.id in _STORE_BARRIER and not hit.fact("ranks")
+            and isinstance(world, int) and isinstance(count, int) and 0 <= count < world)
+
+
+def _counted_missing(incident, hits) -> list[Finding]:
+    """A barrier that timed out with `count` of `world_size` processes
+    arrived states that the others never came, without naming them. When
+    the processes that did arrive are all known (each printed its own wait
+    on the same key) and every rank any artifact knows lies inside
+    `world_size`, the rest are named, as ranks of the whole job; otherwise
+    the finding says how many never came and that the message does not say
+    which."""
+    timeouts: dict[tuple, list] = defaultdict(list)
+    for hit, entry in hits:
+        if _counts_the_absent(hit, entry):
+            timeouts[(hit.fact("store_key"), hit.fact("world_size"))].append((hit, entry))
+    out = []
+    for (key, world), group in sorted(timeouts.items(), key=lambda kv: str(kv[0])):
+        count = max(h.fact("count") for h, _ in group)
+        arrived = set()
+        for hit, entry in hits:
+            if entry.id in _STORE_BARRIER and hit.fact("store_key") == key:
+                rank = hit.fact("rank", hit.rank)
+                if isinstance(rank, int):
+                    arrived.add(rank)
+        reporters = sorted({_printer(h) for h, _ in group})
+        first, entry = group[0]
+        absent = world - count
+        known = set(incident.ranks) | arrived
+        if len(arrived) == count and known and max(known) < world:
+            ranks = tuple(r for r in range(world) if r not in arrived)
+            message = (f"{', '.join(reporters[:4])} state{'s' if len(reporters) == 1 else ''} that only {count} of "
+                       f"{world} processes reached the store-based barrier of process-group creation ({key}); "
+                       f"rank {compact(list(arrived))} printed their own wait there, so rank {compact(list(ranks))} "
+                       f"never arrived (not started, crashed, or stuck before init_process_group/new_group).")
+            message_zh = (f"{'、'.join(reporters[:4])} 的日志指出进程组创建的 store barrier（{key}）只到达了 {world} 个进程中的 "
+                          f"{count} 个；Rank {compact(list(arrived))} 各自打印了在此等待，因此 Rank {compact(list(ranks))} "
+                          f"始终未到达（未启动、已崩溃或卡在 init_process_group/new_group 之前）。")
+            level = "medium"
+            reason = (f"the barrier's count names no rank; the ranks that printed their wait there are {count} of "
+                      f"{world}, and the group is taken to be the whole job")
+            reason_zh = (f"barrier 的计数不点名 Rank；在此打印等待的 Rank 是 {world} 个中的 {count} 个，"
+                         f"并假定该组即整个作业")
+        else:
+            ranks = ()
+            message = (f"{', '.join(reporters[:4])} state{'s' if len(reporters) == 1 else ''} that only {count} of "
+                       f"{world} processes reached the store-based barrier of process-group creation ({key}): "
+                       f"{absent} never arrived (not started, crashed, or stuck before it); the message does not say which.")
+            message_zh = (f"{'、'.join(reporters[:4])} 的日志指出进程组创建的 store barrier（{key}）只到达了 {world} 个进程中的 "
+                          f"{count} 个：有 {absent} 个始终未到达（未启动、已崩溃或卡在它之前），消息没有说明是哪些。")
+            level = "medium"
+            reason = (f"the message counts {absent} absent process(es) of {world} but names none; the logs of the "
+                      f"ranks that did arrive would tell the rest")
+            reason_zh = f"消息只统计出 {world} 个中有 {absent} 个未到达，但没有点名；已到达的 Rank 的日志可以说明其余是谁"
+        out.append(Finding(MISSING, "missing_rank", "error", ranks, message, _cite(group), _START_UP_HINT[0],
+                           message_zh=message_zh, hint_zh=_START_UP_HINT[1],
+                           culprits=tuple(_rank_culprit(incident, r) for r in ranks),
+                           confidence=level, confidence_reason=reason, confidence_reason_zh=reason_zh))
     return out
+
+
+_START_UP_HINT = (
+    "Find where the absent processes are: whether the launcher started them (its log, the node's "
+    "process list), and their stack (py-spy dump) or stderr before init_process_group. Processes that "
+    "are only slow to start (long imports, data preparation before the call) need a longer "
+    "process-group timeout.",
+    "查明缺席的进程在哪里：启动器是否启动了它们（启动器日志、节点上的进程列表），以及它们在 init_process_group "
+    "之前的调用栈（py-spy dump）或 stderr。若只是启动慢（导入耗时、调用前的数据准备），需要加大进程组超时。")
 
 
 def _mismatch(incident, hits) -> list[Finding]:
@@ -364,7 +443,7 @@ def _observed(hits) -> list[Finding]:
             continue
         bears = entry.cause in _VERDICT_CAUSES and not entry.knock_on and (
             hit.fact("ranks") or hit.fact("peer_rank") is not None or hit.fact("peer_addr")
-            or entry.blames == "self")
+            or entry.blames == "self" or _counts_the_absent(hit, entry))
         if not bears and not _names_a_gone_peer(hit, entry):
             by_entry[entry.id].append((hit, entry))
     out = []
@@ -399,8 +478,16 @@ def _doc(rule_id, title, title_zh, kind, explanation, explanation_zh, severity="
 RULES = (
     _doc(MISSING, "Ranks a message names as never arriving", "消息点名的未到达 Rank", "missing_rank",
          "A monitored barrier, the desync report or Flight Recorder's analyzer names the ranks that never "
-         "joined the call the others wait in. The message is the verdict; no other rank's state is needed.",
-         "监控屏障、desync 报告或 Flight Recorder 分析器点名了没有加入其他 Rank 所等待之调用的 Rank。消息本身就是结论，无需其他 Rank 的状态。"),
+         "joined the call the others wait in. The message is the verdict; no other rank's state is needed. "
+         "The store-based barrier of process-group creation only counts (`world_size=N, worker_count=K`): "
+         "its timeout is a missing rank too, and the absent ranks are named where every rank that arrived "
+         "printed its own wait on that key and no known rank lies outside the count's world (medium "
+         "confidence: the group is taken to be the whole job); otherwise the finding says how many never "
+         "came.",
+         "监控屏障、desync 报告或 Flight Recorder 分析器点名了没有加入其他 Rank 所等待之调用的 Rank。消息本身就是结论，无需其他 Rank 的状态。"
+         "进程组创建时基于 store 的 barrier 只给出计数（`world_size=N, worker_count=K`）：它的超时同样是成员缺失；"
+         "若每个已到达的 Rank 都打印了在该 key 上的等待、且已知 Rank 都在该 world 之内，则点名缺席的 Rank（置信度中："
+         "假定该组即整个作业）；否则只说明有几个未到达。"),
     _doc(MISMATCH, "Collective mismatch a message states", "消息指出的集合通信失配", "collective_mismatch",
          "TORCH_DISTRIBUTED_DEBUG=DETAIL compares each collective's fingerprint across the group and names "
          "two ranks whose calls differ. With several ranks' logs, the rank they all name is the odd one out.",
