@@ -310,6 +310,10 @@ def _ended_as_knock_on(incident, subject: Culprit) -> bool:
     return state is not None and state.ending is not None and state.ending.role == "knock_on"
 
 
+class _UNIDENTIFIED(str):
+    """The printer of a crash line that no rank, host or pid identifies: the file it is in."""
+
+
 def _crashed(incident, hits) -> list[Finding]:
     """Processes that died of their own error (not a knock-on of a peer's:
     not an abort after their own timeout, not the launcher's SIGTERM)."""
@@ -318,19 +322,32 @@ def _crashed(incident, hits) -> list[Finding]:
         if entry.cause in ("crash", "oom") and not entry.knock_on and entry.blames == "self" \
                 and not _knock_on_end(hit):
             subject = _subject(incident, hit)
-            if subject is not None and not _ended_as_knock_on(incident, subject):
+            if subject is None:
+                # Its printer, whom nothing identifies: named by its file, and
+                # only where no artifact identifies any process (a lone fragment).
+                if not incident.ranks:
+                    crashed.append((hit, entry, _UNIDENTIFIED(hit.evidence.path)))
+            elif not _ended_as_knock_on(incident, subject):
                 crashed.append((hit, entry, subject))
     if not crashed:
         return []
+    identified = [c for c in crashed if not isinstance(c[2], _UNIDENTIFIED)]
+    if identified:  # a process nothing identifies only leads where no identified one crashed
+        crashed = identified
     by_process: dict = {}
     for hit, entry, subject in crashed:
-        by_process.setdefault(subject.rank if subject.rank is not None else (subject.host, subject.pid),
-                              (subject, []))[1].append((hit, entry))
-    culprits = tuple(subject for subject, _ in by_process.values())
+        if isinstance(subject, _UNIDENTIFIED):
+            key = subject
+        else:
+            key = subject.rank if subject.rank is not None else (subject.host, subject.pid)
+        by_process.setdefault(key, (subject, []))[1].append((hit, entry))
+    culprits = tuple(Culprit() if isinstance(subject, _UNIDENTIFIED) else subject
+                     for subject, _ in by_process.values())
     ranks = tuple(sorted(c.rank for c in culprits if c.rank is not None))
     cited = [(h, e) for _, group in by_process.values() for h, e in group]
     entry = cited[0][1]
-    who = ", ".join(c.label() for c in culprits[:4])
+    who = ", ".join(f"the process that printed {subject}" if isinstance(subject, _UNIDENTIFIED) else subject.label()
+                    for subject, _ in list(by_process.values())[:4])
     level = "high" if len(cited) > 1 else "medium"
     return [Finding(CRASH, "dead_rank", "error", ranks, f"{who} died of its own error: {entry.en}",
                     _cite(cited), HINTS[CRASH][0], f"{who} 因自身错误退出：{entry.zh}", HINTS[CRASH][1],
@@ -494,9 +511,13 @@ RULES = (
          "TORCH_DISTRIBUTED_DEBUG=DETAIL 在组内比较每次集合通信的指纹，并点名调用不一致的两个 Rank。有多个 Rank 的日志时，被共同点名的那个就是与众不同者。"),
     _doc(CRASH, "A process died of its own error", "进程因自身错误退出", "dead_rank",
          "A process logged an error of its own (a CUDA error, an uncaught exception that is not a "
-         "communication error, an out-of-memory kill): it is gone, and every collective it belongs to "
-         "can only time out.",
-         "某个进程记录了自身的错误（CUDA 错误、非通信类的未捕获异常、OOM 被杀）：它已退出，它所在的每个集合通信都只能超时。"),
+         "communication error, an out-of-memory kill, a DataLoader worker's death): it is gone, and every "
+         "collective it belongs to can only time out. A line that nothing ties to a rank, host or pid "
+         "blames the process that printed its file, and only where no artifact identifies any process "
+         "(a pasted traceback on its own).",
+         "某个进程记录了自身的错误（CUDA 错误、非通信类的未捕获异常、OOM 被杀、DataLoader worker 死亡）：它已退出，"
+         "它所在的每个集合通信都只能超时。无法关联到 Rank、主机或 pid 的行，归咎于打印该文件的进程，且仅在没有任何产物"
+         "能识别出进程时（单独粘贴的 traceback）。"),
     _doc(PEER_GONE, "Peer gone, as its survivors report it", "幸存者报告的对端消失", "dead_rank",
          "Gloo's `Connection closed by peer`, NCCL's `Connection closed by remote peer` and similar lines "
          "name the address of a process that went away. The reporters are victims; the named peer is the "
