@@ -163,9 +163,9 @@ def _missing(incident, hits) -> list[Finding]:
 
 
 # The store-based barrier of process-group creation: each process adds
-# itself under one key and waits until the count reaches the group's size.
-_STORE_BARRIER = frozenset({"torch-store-barrier-timeout", "torch-store-barrier-waiting",
-                            "torch-store-barrier-completed"})
+# itself under one key and waits until the count reaches the group's size;
+# a process that printed its wait or its timeout on a key had arrived there.
+_STORE_BARRIER = frozenset({"torch-store-barrier-timeout", "torch-store-barrier-waiting"})
 
 
 def _counts_the_absent(hit: MessageHit, entry) -> bool:
@@ -197,7 +197,6 @@ def _counted_missing(incident, hits) -> list[Finding]:
                 if isinstance(rank, int):
                     arrived.add(rank)
         reporters = sorted({_printer(h) for h, _ in group})
-        first, entry = group[0]
         absent = world - count
         known = set(incident.ranks) | arrived
         if len(arrived) == count and known and max(known) < world:
