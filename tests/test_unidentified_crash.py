@@ -3,7 +3,9 @@ that says which rank, host or pid printed it (a pasted traceback): the
 crash is the verdict, its process named by the file that holds it. Where
 artifacts identify processes, an unidentified crash line blames nobody."""
 
+from conftest import schema_problems
 from forensics import analyze
+from forensics.report import json_report
 
 WORKER_KILLED = (
     "Traceback (most recent call last):\n"
@@ -38,6 +40,8 @@ def test_a_pasted_traceback_of_a_dead_worker_is_a_dead_process(tmp_path):
     (crash,) = _crashes(report)
     assert "the process that printed paste.txt died of its own error" in crash.message
     assert [e.line for e in crash.evidence] == [4, 11]
+    # Nothing identifies the process: no culprit entry at all, never an empty one.
+    assert crash.culprits == () and schema_problems(json_report.to_dict(report, "en")) == []
 
 
 def test_the_exit_code_form_is_read_too(tmp_path):

@@ -340,8 +340,8 @@ def _crashed(incident, hits) -> list[Finding]:
         else:
             key = subject.rank if subject.rank is not None else (subject.host, subject.pid)
         by_process.setdefault(key, (subject, []))[1].append((hit, entry))
-    culprits = tuple(Culprit() if isinstance(subject, _UNIDENTIFIED) else subject
-                     for subject, _ in by_process.values())
+    # A process nothing identifies is named in the message (by its file), never as an empty culprit.
+    culprits = tuple(subject for subject, _ in by_process.values() if not isinstance(subject, _UNIDENTIFIED))
     ranks = tuple(sorted(c.rank for c in culprits if c.rank is not None))
     cited = [(h, e) for _, group in by_process.values() for h, e in group]
     entry = cited[0][1]
