@@ -28,6 +28,7 @@ READER_PLUGINS = (
     "forensics.ingest.pytrace",
     "forensics.ingest.flightrecorder",
     "forensics.ingest.fr_report",
+    "forensics.ingest.ncclras",
     "forensics.ingest.statements",
 )
 RULE_PLUGINS = (

@@ -20,7 +20,7 @@ from .. import messages
 from ..model import Evidence, MessageHit
 from .attribution import STRONG, path_rank
 from .facts import Facts
-from . import nccl, torchlog
+from . import nccl, ncclras, torchlog
 from .nccl import _PREFIX as _NCCL_PREFIX
 from .reader import reader_hooks
 from .textio import (STREAM_ERRORS, InputError, compression, file_size, has_nul, looks_binary, open_binary,
@@ -36,11 +36,12 @@ MAX_LINE = 64 * 1024
 
 def sniff(path: str, head: bytes) -> str | None:
     """Text files holding a catalogued line that neither the NCCL nor the
-    c10d log reader claims: those two run the catalogue over the lines
-    they read themselves, at no second pass over a big log."""
+    c10d log reader claims, nor the NCCL RAS report reader: those run the
+    catalogue over the lines they read themselves, at no second pass over
+    a big log."""
     if has_nul(head) or looks_binary(head):
         return None
-    if nccl.sniff(path, head) or torchlog.sniff(path, head):
+    if nccl.sniff(path, head) or torchlog.sniff(path, head) or ncclras.sniff(path, head):
         return None
     return KIND if messages.catalogue().mentions(head.decode("utf-8", "replace")) else None
 
