@@ -72,6 +72,7 @@ _SNIFF = lazy.regex(
     rb"|  Communicator ranks have different (?:\w+ operation counts|status)\r?$"
     rb"|Gathering data about the NCCL communicators \(timeout )", re.M)
 
+_ANSI = lazy.regex(r"\x1b\[[0-9;]*m")  # colours in a text already decoded (ANSI_COLOUR is for bytes)
 _COMM = lazy.regex(r"#(?P<group>\d{1,9})-(?P<index>\d{1,9}) \((?P<hash>[0-9a-f]{1,16})\) (?P<what>[A-Z,]+)")
 _SECTION = lazy.regex(r"(?P<what>Errors|Warnings|INCOMPLETE|DEAD|TIMEOUT|Job summary|Communicators(?:\.\.\..*)?)")
 _OPS = lazy.regex(r"Communicator ranks have different (?P<func>\w{1,32}) operation counts")
@@ -124,7 +125,7 @@ class _Reader:
 
     def read(self, text: str) -> Facts:
         if "\x1b" in text:
-            text = ANSI_COLOUR.sub("", text)
+            text = _ANSI.sub("", text)
         from .. import messages
         try:
             self.catalogue = messages.catalogue()
