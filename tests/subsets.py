@@ -41,7 +41,7 @@ FAMILIES = {
     "py-spy": "stacks", "py-spy-json": "stacks", "gdb": "stacks", "pystack": "stacks",
     "traceback": "stacks", "faulthandler": "stacks",
     "flight-recorder": "fr", "fr-analyzer-report": "fr",
-    "torch-log": "logs", "nccl": "logs", "messages": "logs", "elastic-error": "logs",
+    "torch-log": "logs", "nccl": "logs", "messages": "logs", "elastic-error": "logs", "nccl-ras-report": "logs",
     "snapshot": "snapshot",
 }
 ALWAYS = {"rank-map", "collect-progress"}  # who is who; whether anything moved (as --hung says)

@@ -435,6 +435,36 @@ SCENARIOS = {
             "failure summary. Rank 1 is the dead rank."
         ),
     },
+    "real_dataloader_worker_oom_killed": {
+        "mode": "postmortem",
+        "job_scenario": "dataloader_worker_killed",
+        "job_args": ["--stall-rank", "1"],
+        "nproc": 3,
+        "verdict": "dead_rank",
+        "culprit_ranks": [1],
+        "culprit_pids": True,
+        "actions": [
+            {"wait_log": {0: "warm-up done", 1: "warm-up done", 2: "warm-up done"}},
+            {"sleep": 2.0},
+            {"pyspy": "all", "until": {0: "all_reduce (", 2: "all_reduce ("}, "tries": 30},
+            {"signal_child": "SIGKILL", "rank": 1},
+            {"wait_exit": 90},
+        ],
+        "expect": [("rank1.stderr.log", "is killed by signal: Killed"),
+                   ("rank0.stderr.log", "by peer"), ("rank2.stderr.log", "by peer")],
+        "how": (
+            "Data-parallel job (train.py under torchrun, gloo, 3 ranks); each rank reads its "
+            "shard through torch.utils.data.DataLoader with one worker process. At step 3 the "
+            "worker of rank 1 decodes an oversized sample (slow, its memory growing) while "
+            "ranks 0 and 2 wait in sync_gradients -> dist.all_reduce. Once py-spy showed them "
+            "there, the collector killed rank 1's DataLoader worker with SIGKILL (kill -9 of "
+            "the worker's pid, standing in for the kernel's OOM killer). Rank 1's DataLoader "
+            "raised 'DataLoader worker (pid N) is killed by signal: Killed.' and rank 1 exited "
+            "with the traceback; ranks 0 and 2 fail with Gloo's peer-closed errors naming rank "
+            "1's address (knock-ons), and torchrun ends them. Rank 1 is the dead rank: its "
+            "worker's death took it down."
+        ),
+    },
 }
 
 
@@ -779,6 +809,20 @@ def postmortem(name, sc, args):
             else:
                 done.append(f"+{t_rel(t0)}s {signame} to rank {r}: not alive")
                 problems.append(f"rank {r} not alive for {signame}")
+        elif "signal_child" in action:
+            # A process the rank forked (its DataLoader worker), as the kernel's OOM
+            # killer picks it: the one child of the rank that is a python process.
+            r = action["rank"]
+            signame = action["signal_child"]
+            kids = [c for c in children_of(ranks[r]) if alive(c)] if ranks.get(r) is not None else []
+            kids = [c for c in kids if "python" in read_text(f"/proc/{c}/cmdline").split("\0")[0]]
+            if len(kids) == 1 and kids[0] in descendants(agent.pid):
+                os.kill(kids[0], getattr(signal, signame))
+                done.append(f"+{t_rel(t0)}s kill -{signame[3:]} {kids[0]} (the DataLoader worker of rank {r}, "
+                            f"pid {ranks[r]})")
+            else:
+                done.append(f"+{t_rel(t0)}s {signame} to a child of rank {r}: children {kids}")
+                problems.append(f"rank {r} has not exactly one child process: {kids}")
         elif "wait_exit" in action:
             try:
                 agent.wait(action["wait_exit"])

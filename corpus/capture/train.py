@@ -42,6 +42,12 @@ Post-mortem scenarios (the job fails, or is ended the way an operator would end 
   exception_one_rank       3 ranks: rank 1 (--stall-rank) reads a truncated record from its
                            shard, so its forward pass raises a shape error at step 3 while
                            the others wait in the gradient all_reduce.
+  dataloader_worker_killed 3 ranks read their shards through torch.utils.data.DataLoader with
+                           one worker process each; at step 3 the worker of rank 1
+                           (--stall-rank) decodes an oversized sample (slow, growing memory)
+                           while the others wait in the gradient all_reduce, until the
+                           runner kills that worker with SIGKILL as the kernel's OOM killer
+                           would: rank 1's DataLoader raises and rank 1 exits.
 
 Process-group scenarios (subgroups made with dist.new_group and a group_desc):
 
@@ -84,6 +90,7 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+import torch.utils.data
 import torch.nn as nn
 
 SCENARIOS = (
@@ -99,6 +106,7 @@ SCENARIOS = (
     "detail_mismatch",
     "faulthandler_waiting_rank",
     "exception_one_rank",
+    "dataloader_worker_killed",
     "boundary_exchange_3",
     "pp_dp_cross_group",
 )
@@ -267,6 +275,48 @@ class ShardedLoader:
         for index in range(self.num_batches):
             self.queue.put(self.read_shard_record(index))
         self.queue.put(None)  # end of shard
+
+
+class ShardDataset(torch.utils.data.Dataset):
+    """One rank's shard as a map-style dataset: each item is a whole batch."""
+
+    def __init__(self, rank, num_batches, batch_size=32, d_in=64, d_out=16, heavy_at=None):
+        self.rank, self.num_batches, self.batch_size = rank, num_batches, batch_size
+        self.d_in, self.d_out, self.heavy_at = d_in, d_out, heavy_at
+
+    def __len__(self):
+        return self.num_batches
+
+    def decode_sample(self, index):
+        if self.heavy_at is not None and index == self.heavy_at:
+            # An oversized sample: decoding it takes long and keeps growing the
+            # worker's memory (modelled: the decode never finishes).
+            buffers = []
+            while True:
+                buffers.append(bytearray(1 << 20))
+                time.sleep(0.5)
+        g = torch.Generator().manual_seed(1000 * self.rank + index)
+        return torch.randn(self.batch_size, self.d_in, generator=g), torch.randn(self.batch_size, self.d_out,
+                                                                                  generator=g)
+
+    def __getitem__(self, index):
+        return self.decode_sample(index)
+
+
+class WorkerLoader:
+    """torch.utils.data.DataLoader with one worker process, behind the `queue.get()`
+    that load_next_batch uses."""
+
+    def __init__(self, rank, num_batches, heavy_at=None):
+        dataset = ShardDataset(rank, num_batches, heavy_at=heavy_at)
+        self._batches = iter(torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=1))
+        self.queue = self
+
+    def get(self):
+        try:
+            return next(self._batches)
+        except StopIteration:
+            return None
 
 
 def load_next_batch(loader, step):
@@ -572,7 +622,10 @@ def train(args):
                                      and rank == args.stall_rank) else None
     corrupt_at = args.warmup_steps if (args.scenario == "exception_one_rank"
                                        and rank == args.stall_rank) else None
-    loader = ShardedLoader(rank, sizes[rank], stall_at=stall_at, corrupt_at=corrupt_at)
+    if args.scenario == "dataloader_worker_killed":
+        loader = WorkerLoader(rank, sizes[rank], heavy_at=args.warmup_steps if rank == args.stall_rank else None)
+    else:
+        loader = ShardedLoader(rank, sizes[rank], stall_at=stall_at, corrupt_at=corrupt_at)
     log(f"shard has {sizes[rank]} batches")
 
     step = 0
