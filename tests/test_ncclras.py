@@ -167,3 +167,16 @@ def test_bad_input(tmp_path):
     assert "ranks" not in _mismatch(facts)[0]
     assert {d.line for d in facts.diagnostics if "characters skipped" in d.message} == {HEAD.count("\n") + 5}
     assert any("is not a rank" in d.message for d in facts.diagnostics)
+
+
+def test_a_communicator_beyond_any_job_names_nobody_and_costs_nothing(tmp_path):
+    # Listing "every rank but these" of a billion-rank communicator would never end.
+    facts = _parse(tmp_path, HEAD.replace("    0         1         2         4         8         8   RUNNING  MISMATCH",
+                                          "    0         1         2         4 999999999 999999999   RUNNING  MISMATCH")
+                   .replace("      2          4            1          8        8",
+                            "      2          4            1  999999999 999999999") + """#0-0 (00000000deadbeef) MISMATCH
+  Communicator ranks have different AllReduce operation counts
+  999999998 ranks have launched up to operation 10
+  Rank 2 has launched up to operation 9 -- GPU 2 managed by process 5102 on node n1
+""")
+    assert "ranks" not in _mismatch(facts)[0]

@@ -67,3 +67,9 @@ def test_no_rank_is_named_when_the_barrier_is_a_subgroup(tmp_path):
 def test_a_barrier_every_process_reached_states_nothing_missing(tmp_path):
     report = _run(tmp_path, {"rank0.log": _waiting(0, 4, 4)})
     assert not _stated(report) and report.verdict != "missing_rank"
+
+
+def test_a_world_beyond_any_job_names_nobody_and_costs_nothing(tmp_path):
+    # A hostile or garbled count: naming "everyone but rank 0" of a billion would never end.
+    report = _run(tmp_path, {"rank0.log": _timeout(0, 999_999_999, 1)})
+    assert not _stated(report) and report.culprit_ranks == []

@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 
 from .. import lazy
 from ..messages import fact_items
-from ..model import Evidence, MessageHit, normalize_op
+from ..model import MAX_RANKS, Evidence, MessageHit, normalize_op
 from .facts import Facts
 from .reader import reader_hooks
 from .textio import ANSI_COLOUR, has_nul, int_text, read_document
@@ -63,7 +63,7 @@ KIND = "nccl-ras-report"
 PREFIX = "nccl-ras-"
 MAX_LINE = 64 * 1024
 MAX_BYTES = 256 * 1024 * 1024
-MAX_RANK = 1 << 24            # a rank beyond this is not one (the largest jobs have 10**5)
+
 EVIDENCE_CHARS = 2000
 
 _SNIFF = lazy.regex(
@@ -204,7 +204,7 @@ class _Reader:
 
     def _rank(self, number: int, line: str, found: re.Match) -> None:
         rank = int_text(found["rank"])
-        if rank is None or rank >= MAX_RANK:
+        if rank is None or rank >= MAX_RANKS:
             self.facts.diag(number, f"rank {found['rank']} is not a rank: line not read")
             return
         evidence = self._evidence(number, line)
@@ -257,7 +257,7 @@ class _Reader:
 
     @staticmethod
     def _behind(counts: list[_Count], size: int | None) -> tuple[int, ...] | None:
-        if len(counts) < 2 or size is None:
+        if len(counts) < 2 or size is None or size > MAX_RANKS:
             return None
         listed = {r for c in counts for r in c.ranks}
         if any(r >= size for r in listed) or len(listed) != sum(len(c.ranks) for c in counts):

@@ -21,7 +21,7 @@ from collections import defaultdict
 
 from ..hookspecs import hookimpl
 from .. import messages
-from ..model import Culprit, Finding, MessageHit, address_host
+from ..model import MAX_RANKS, Culprit, Finding, MessageHit, address_host
 from ..ranges import compact
 from ..ruledocs import RuleDoc
 
@@ -172,7 +172,7 @@ def _counts_the_absent(hit: MessageHit, entry) -> bool:
     """A store-based barrier's timeout: `count` of `world_size` arrived."""
     world, count = hit.fact("world_size"), hit.fact("count")
     return (entry.cause == "missing_rank" and entry.id in _STORE_BARRIER and not hit.fact("ranks")
-            and isinstance(world, int) and isinstance(count, int) and 0 <= count < world)
+            and isinstance(world, int) and isinstance(count, int) and 0 <= count < world <= MAX_RANKS)
 
 
 def _counted_missing(incident, hits) -> list[Finding]:
