@@ -63,7 +63,6 @@ KIND = "nccl-ras-report"
 PREFIX = "nccl-ras-"
 MAX_LINE = 64 * 1024
 MAX_BYTES = 256 * 1024 * 1024
-
 EVIDENCE_CHARS = 2000
 
 _SNIFF = lazy.regex(
@@ -116,7 +115,6 @@ class _Reader:
         self.gpus: int | None = None              # the job's GPUs (ranks of a whole-job communicator)
         self.sizes: dict[int, int] = {}           # communicator group # → ranks per communicator
         self.group: int | None = None             # the communicator block being read
-        self.section = ""
         self.ops: _Ops | None = None
         self.blocks: list[_Ops] = []
         self.dead = False                         # inside the DEAD section
