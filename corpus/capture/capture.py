@@ -435,6 +435,37 @@ SCENARIOS = {
             "failure summary. Rank 1 is the dead rank."
         ),
     },
+    "real_spawn_sigkill_one_process": {
+        "mode": "postmortem",
+        "launcher": "spawn",
+        "job_scenario": "sigkill_one_rank",
+        "job_args": ["--stall-rank", "2", "--extra-steps", "100000", "--step-time", "0.05",
+                     "--slow-rank-step-time", "0.3"],
+        "nproc": 3,
+        "verdict": "dead_rank",
+        "culprit_ranks": [2],
+        "actions": [
+            {"wait_log": {0: "warm-up done", 1: "warm-up done", 2: "warm-up done"}},
+            {"sleep": 3.0},
+            {"pyspy": "all", "until": {0: "all_reduce (", 1: "all_reduce ("}, "tries": 30},
+            {"signal": "SIGKILL", "rank": 2},
+            {"wait_exit": 90},
+        ],
+        "keep": ["console.log"],
+        "pid_map": False,
+        "expect": [("console.log", "process 2 terminated with signal SIGKILL")],
+        "how": (
+            "The same data-parallel job as real_sigkill_one_rank_gloo_fast_failure, started the "
+            "way DDP tutorials start it: torch.multiprocessing.spawn of 3 processes from the "
+            "script itself (no torchrun), the process index being the rank. Once ranks 0 and "
+            "1 were seen waiting in the gradient all_reduce for rank 2, the collector killed "
+            "rank 2's process with SIGKILL (standing in for the kernel's OOM killer). mp.spawn "
+            "notices, ends the survivors and raises ProcessExitedException 'process 2 "
+            "terminated with signal SIGKILL'. Only the console is kept, as a user pastes it: "
+            "the ranks' own progress lines, mp.spawn's warnings as it terminates the survivors "
+            "and its traceback. Rank 2 is the dead rank."
+        ),
+    },
     "real_dataloader_worker_oom_killed": {
         "mode": "postmortem",
         "job_scenario": "dataloader_worker_killed",
@@ -641,7 +672,24 @@ def find_rank_pids(agent, nproc, t0):
     pid_check = ", ".join(f"{r}: RANK={read_environ(p).get('RANK') if read_environ(p) else '?'}"
                           for r, p in sorted(ranks.items()))
     print(f"[capture] rank pids: {ranks} ({pid_check})", flush=True)
-    return ranks, started_at, pid_check
+    return ranks, started_at, "rank -> pid verified against RANK= in /proc/<pid>/environ: " + pid_check
+
+
+def find_spawned_pids(parent, nproc, t0, console_path):
+    """Rank pids of an mp.spawn job: each process prints `[rank R] ... init done: ... pid=P`
+    (its rank is set inside the process, so its environ does not hold it); P must be a child
+    of the spawning process."""
+    ranks, started_at = {}, {}
+    said = re.compile(r"^\[rank (\d+)\] \S+ init done: .*\bpid=(\d+)", re.M)
+    while time.time() - t0 < 60 and len(ranks) < nproc and parent.poll() is None:
+        for r, pid in said.findall(read_text(console_path)):
+            if int(r) not in ranks and int(pid) in children_of(parent.pid):
+                ranks[int(r)] = int(pid)
+                started_at[int(r)] = t_rel(t0)
+        time.sleep(0.1)
+    print(f"[capture] rank pids: {ranks} (from each process's init line)", flush=True)
+    return ranks, started_at, ("rank -> pid from each process's own 'init done ... pid=' line, each a child of "
+                               "the spawning process: " + ", ".join(f"{r}: {p}" for r, p in sorted(ranks.items())))
 
 
 def gzip_big_files(outdir):
@@ -729,10 +777,16 @@ def postmortem(name, sc, args):
 
     port = free_port()
     job_args = [JOB_SCRIPT, "--scenario", sc["job_scenario"]] + list(sc.get("job_args", []))
-    cmd = [torchrun, "--nnodes", "1", "--nproc-per-node", str(nproc),
-           "--master-addr", "127.0.0.1", "--master-port", str(port),
-           "--log-dir", JOB_LOGS, "--redirects", "3", "--tee", "3"] + job_args
+    spawn = sc.get("launcher") == "spawn"
+    if spawn:  # torch.multiprocessing.spawn from the job script itself; its console is all there is
+        cmd = [py, "-u"] + job_args + ["--spawn", str(nproc)]
+    else:
+        cmd = [torchrun, "--nnodes", "1", "--nproc-per-node", str(nproc),
+               "--master-addr", "127.0.0.1", "--master-port", str(port),
+               "--log-dir", JOB_LOGS, "--redirects", "3", "--tee", "3"] + job_args
     env = job_env(venv)
+    if spawn:
+        env.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
     env.update(sc.get("env", {}))
     console_path = os.path.join(JOB_DIR, "torchrun.console")
     console = open(console_path, "wb")
@@ -747,7 +801,16 @@ def postmortem(name, sc, args):
         reader = threading.Thread(target=stamp_console, daemon=True,
                                   args=(agent.stdout, console, os.path.join(JOB_DIR, stamped_name)))
         reader.start()
-    ranks, started_at, pid_check = find_rank_pids(agent, nproc, t0)
+    if spawn:
+        ranks, started_at, pid_check = find_spawned_pids(agent, nproc, t0, console_path)
+    else:
+        ranks, started_at, pid_check = find_rank_pids(agent, nproc, t0)
+
+    def rank_says(r, sub):
+        if spawn:
+            return any(line.startswith(f"[rank {r}] ") and sub in line
+                       for line in read_text(console_path).splitlines())
+        return sub in read_text(rank_log_files(r)[0])
 
     # ---- the scenario's actions, in order
     done = []        # what the collector did, when
@@ -757,7 +820,7 @@ def postmortem(name, sc, args):
             want = action["wait_log"]
 
             def logged(want=want):
-                return all(sub in read_text(rank_log_files(r)[0]) for r, sub in want.items())
+                return all(rank_says(r, sub) for r, sub in want.items())
             ok = wait_until(logged, action.get("timeout", 120), agent)
             done.append(f"+{t_rel(t0)}s waited for log lines "
                         + ", ".join(f"rank {r}: {sub!r}" for r, sub in want.items())
@@ -826,7 +889,8 @@ def postmortem(name, sc, args):
         elif "wait_exit" in action:
             try:
                 agent.wait(action["wait_exit"])
-                done.append(f"+{t_rel(t0)}s torchrun exited by itself (exit code {agent.returncode})")
+                done.append(f"+{t_rel(t0)}s {'the spawning process' if spawn else 'torchrun'} exited by itself "
+                            f"(exit code {agent.returncode})")
             except subprocess.TimeoutExpired:
                 done.append(f"+{t_rel(t0)}s torchrun still running after {action['wait_exit']}s")
                 problems.append("the job did not end by itself")
@@ -860,7 +924,8 @@ def postmortem(name, sc, args):
         print(f"[capture] {line}", flush=True)
 
     # ---- collect what is on disk
-    shutil.copyfile(console_path, os.path.join(outdir, "torchrun.log"))
+    console_name = "console.log" if spawn else "torchrun.log"
+    shutil.copyfile(console_path, os.path.join(outdir, console_name))
     if stamped_name:
         shutil.copyfile(os.path.join(JOB_DIR, stamped_name), os.path.join(outdir, stamped_name))
     for r in sorted(ranks):
@@ -881,7 +946,7 @@ def postmortem(name, sc, args):
     for fn, sub in sc.get("expect", []):
         if sub not in read_text(os.path.join(outdir, fn)):
             problems.append(f"{fn} lacks {sub!r}")
-    console_text = read_text(os.path.join(outdir, "torchrun.log"))
+    console_text = read_text(os.path.join(outdir, console_name))
     summary, root_rank = torchrun_summary(console_text)
     # whether each rank's stderr ends in an error (the lines themselves stay in the logs:
     # expected.yaml quotes no log line, so that nothing reads it as evidence)
@@ -908,7 +973,7 @@ def postmortem(name, sc, args):
                    for d, _, fns in os.walk(outdir) for fn in fns)
 
     # ---- expected.yaml: the diagnosis from how the incident was made
-    shown_cmd = ["torchrun"] + cmd[1:]
+    shown_cmd = ["python"] + cmd[1:] if spawn else ["torchrun"] + cmd[1:]
     y = ["# Checked by `forensics replay`: verdict, culprit_ranks, culprits, args.",
          "# Written by corpus/capture/capture.py from the scenario, before any analysis.",
          f"description: {q(sc['how'])}",
@@ -938,8 +1003,8 @@ def postmortem(name, sc, args):
     y.append("  pids:")
     for r, p in sorted(ranks.items()):
         y.append(f"    {r}: {p}")
-    y.append(f"  torchrun_agent_pid: {agent.pid}")
-    y.append(f"  pid_check: {q('rank -> pid verified against RANK= in /proc/<pid>/environ: ' + pid_check)}")
+    y.append(f"  {'spawn_parent_pid' if spawn else 'torchrun_agent_pid'}: {agent.pid}")
+    y.append(f"  pid_check: {q(pid_check)}")
     y.append("  collector_did:")
     for line in done:
         y.append(f"    - {q(line)}")
@@ -1205,7 +1270,7 @@ def main():
     y.append("  pids:")
     for r, p in sorted(ranks.items()):
         y.append(f"    {r}: {p}")
-    y.append(f"  pid_check: {q('rank -> pid verified against RANK= in /proc/<pid>/environ: ' + pid_check)}")
+    y.append(f"  pid_check: {q(pid_check)}")
     y.append(f"  ready_after_s: {json.dumps(ready_at)}")
     y.append(f"  alive_at_capture: {json.dumps(alive_at_capture)}")
     y.append(f"  capture_window_s: [{cap_start}, {cap_end}]")

@@ -39,6 +39,9 @@ Post-mortem scenarios (the job fails, or is ended the way an operator would end 
   faulthandler_waiting_rank  2 ranks, --faulthandler: rank 1 runs a long evaluate() pass
                            while rank 0 waits in the gradient all_reduce, until the
                            runner sends rank 0 SIGABRT and faulthandler prints its stacks.
+  (With --spawn N every scenario runs as N processes of torch.multiprocessing.spawn
+  instead of under torchrun: the process index is the rank.)
+
   exception_one_rank       3 ranks: rank 1 (--stall-rank) reads a truncated record from its
                            shard, so its forward pass raises a shape error at step 3 while
                            the others wait in the gradient all_reduce.
@@ -665,7 +668,15 @@ def main():
                         help="process-group timeout in seconds")
     parser.add_argument("--faulthandler", action="store_true",
                         help="faulthandler.enable(): dump the stacks on a fatal signal")
+    parser.add_argument("--spawn", type=int, default=0, metavar="N",
+                        help="start N processes with torch.multiprocessing.spawn (MASTER_ADDR and "
+                             "MASTER_PORT from the environment), as DDP tutorials do, instead of torchrun")
     args = parser.parse_args()
+    if args.spawn:
+        import torch.multiprocessing as mp
+
+        mp.spawn(spawned_worker, args=(args.spawn, sys.argv[1:]), nprocs=args.spawn)
+        return 0
     args.pg_timeout = timedelta(seconds=args.pg_timeout)
     if args.faulthandler:
         faulthandler.enable()
@@ -689,6 +700,14 @@ def main():
     log(f"training finished after {steps} steps")
     dist.destroy_process_group()
     return 0
+
+
+def spawned_worker(index, nprocs, argv):
+    """One process of an mp.spawn job: its process index is its rank."""
+    os.environ.update({"RANK": str(index), "LOCAL_RANK": str(index), "WORLD_SIZE": str(nprocs)})
+    at = argv.index("--spawn")
+    sys.argv = [sys.argv[0]] + argv[:at] + argv[at + 2:]
+    main()
 
 
 if __name__ == "__main__":
