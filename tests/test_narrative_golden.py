@@ -31,9 +31,9 @@ def test_narrative_matches_golden(incident):
         first = forensics.analyze(CORPUS / incident, hung=bool(args.get("hung")), jobs=1,
                                   plugins=Plugins(autoload=False), exclude=METADATA)
     except InputError as exc:
-        if expected.get("xfail"):  # a known miss the tool cannot read yet: no narrative to keep
-            pytest.skip(f"{incident}: {exc}")
-        raise
+        # A known miss the tool cannot read yet: no narrative to keep, and the replay lists it.
+        assert expected.get("xfail") and "no recognizable artifacts" in str(exc), exc
+        return
     again = forensics.analyze(CORPUS / incident, hung=bool(args.get("hung")), jobs=1,
                               plugins=Plugins(autoload=False), exclude=METADATA)
     for lang in ("en", "zh"):

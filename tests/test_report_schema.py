@@ -44,8 +44,9 @@ def test_every_corpus_report_meets_the_schema(folder):
     try:
         report = forensics.analyze(folder, jobs=1, plugins=Plugins(autoload=False), exclude=METADATA,
                                    **(expected.get("args") or {}))
-    except InputError as exc:  # an incident the tool cannot read yet: the replay reports it
-        pytest.skip(f"no report: {exc}")
+    except InputError as exc:  # an incident the tool cannot read yet: a known miss, which the replay reports
+        assert expected.get("xfail") and "no recognizable artifacts" in str(exc), exc
+        return
     for lang in ("en", "zh"):
         data = json.loads(json_report.render(report, lang))
         assert schema_problems(data) == [], lang
