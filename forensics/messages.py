@@ -397,6 +397,16 @@ def catalogue() -> Catalogue:
     return Catalogue(entries)
 
 
+def catalogue_or_empty(facts) -> Catalogue:
+    """The shipped catalogue for a reader that also reads a file's structure:
+    where it cannot be loaded, an empty one, and an error diagnostic on `facts`."""
+    try:
+        return catalogue()
+    except CatalogueError as exc:
+        facts.diag(0, f"the message catalogue could not be loaded: {exc}", "error")
+        return Catalogue([])
+
+
 _CACHE_VERSION = 1
 
 

@@ -180,3 +180,15 @@ def test_a_communicator_beyond_any_job_names_nobody_and_costs_nothing(tmp_path):
   Rank 2 has launched up to operation 9 -- GPU 2 managed by process 5102 on node n1
 """)
     assert "ranks" not in _mismatch(facts)[0]
+
+
+def test_a_broken_catalogue_is_an_error_and_the_blocks_are_still_read(monkeypatch):
+    from forensics import messages
+
+    def broken():
+        raise messages.CatalogueError([("nccl_ras.yaml", 3, "bad entry")])
+    monkeypatch.setattr(messages, "catalogue", broken)
+    facts = ncclras.parse(str(REPORT), "ncclras_report.txt")
+    assert [d.message for d in facts.diagnostics if d.severity == "error"] == [
+        "the message catalogue could not be loaded: nccl_ras.yaml:3: bad entry"]
+    assert _mismatch(facts)[0]["ranks"] == tuple(r for r in range(32) if r not in (12, 13))

@@ -66,7 +66,7 @@ from .. import lazy
 from ..model import Evidence, MessageHit, ProcessGroup, normalize_op
 from .facts import Facts
 from .reader import reader_hooks
-from .textio import ANSI_COLOUR, has_nul, int_text, read_document
+from .textio import ANSI_COLOUR, has_nul, int_text, read_document, uncoloured
 
 KIND = "fr-analyzer-report"
 PREFIX = "fr-analyzer-"
@@ -112,7 +112,6 @@ _FIELD = lazy.regex(r"(?P<key>internal record id|group info|collective|missing r
                     r":[ \t]?(?P<value>.*)")
 _STACK_FRAME = lazy.regex(r"(?P<name>\S.*?) at (?P<file>.+):(?P<line>\d+)")
 _CULPRIT_SPLIT = lazy.regex(r"(?=(?:Culprit|Error) rank \d+[;,] )")
-_ANSI = lazy.regex(r"\x1b\[[0-9;]*m")
 _RANK_SET = lazy.regex(r"\{[\d, ]*\}|set\(\)")
 _NUMBER = lazy.regex(r"\d+")
 _DASHES = lazy.regex(r"-+(?: +-+)*")
@@ -162,18 +161,12 @@ class _Reader:
     # -- the file
 
     def read(self, text: str) -> Facts:
-        if "\x1b" in text:
-            text = _ANSI.sub("", text)
+        text = uncoloured(text)
         lines = [line.rstrip("\r") for line in text.split("\n")]
         self.facts.lines_read = len(lines)
         table_lines = self._tables(lines)
         from .. import messages
-        try:
-            catalogue = messages.catalogue()
-        except messages.CatalogueError as exc:
-            self.facts.diag(0, f"the message catalogue could not be loaded: {exc}", "error")
-            catalogue = messages.Catalogue([])
-        self.catalogue = catalogue
+        self.catalogue = messages.catalogue_or_empty(self.facts)
         for number, raw in enumerate(lines, 1):
             if len(raw) > MAX_LINE:
                 self.facts.diag(number, f"line of {len(raw):,} characters skipped")

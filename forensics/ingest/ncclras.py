@@ -57,7 +57,7 @@ from ..messages import fact_items
 from ..model import MAX_RANKS, Evidence, MessageHit, normalize_op
 from .facts import Facts
 from .reader import reader_hooks
-from .textio import ANSI_COLOUR, has_nul, int_text, read_document
+from .textio import ANSI_COLOUR, has_nul, int_text, read_document, uncoloured
 
 KIND = "nccl-ras-report"
 PREFIX = "nccl-ras-"
@@ -71,7 +71,6 @@ _SNIFF = lazy.regex(
     rb"|  Communicator ranks have different (?:\w+ operation counts|status)\r?$"
     rb"|Gathering data about the NCCL communicators \(timeout )", re.M)
 
-_ANSI = lazy.regex(r"\x1b\[[0-9;]*m")  # colours in a text already decoded (ANSI_COLOUR is for bytes)
 _COMM = lazy.regex(r"#(?P<group>\d{1,9})-(?P<index>\d{1,9}) \((?P<hash>[0-9a-f]{1,16})\) (?P<what>[A-Z,]+)")
 _SECTION = lazy.regex(r"(?P<what>Errors|Warnings|INCOMPLETE|DEAD|TIMEOUT|Job summary|Communicators(?:\.\.\..*)?)")
 _OPS = lazy.regex(r"Communicator ranks have different (?P<func>\w{1,32}) operation counts")
@@ -122,14 +121,9 @@ class _Reader:
         self.job_head = self.table_head = False
 
     def read(self, text: str) -> Facts:
-        if "\x1b" in text:
-            text = _ANSI.sub("", text)
+        text = uncoloured(text)
         from .. import messages
-        try:
-            self.catalogue = messages.catalogue()
-        except messages.CatalogueError as exc:
-            self.facts.diag(0, f"the message catalogue could not be loaded: {exc}", "error")
-            self.catalogue = messages.Catalogue([])
+        self.catalogue = messages.catalogue_or_empty(self.facts)
         lines = text.split("\n")
         self.facts.lines_read = len(lines)
         for number, raw in enumerate(lines, 1):

@@ -48,7 +48,7 @@ from ..model import Evidence, Frame, ProcessDump, ThreadStack
 from . import jsonwalk
 from .facts import Facts
 from .grammar import parser
-from .textio import ANSI_COLOUR, InputError, has_nul, read_text
+from .textio import ANSI_COLOUR, InputError, has_nul, read_text, uncoloured
 
 KIND = "py-spy"
 KIND_JSON = "py-spy-json"
@@ -62,7 +62,6 @@ _LINE_CACHE_CHARS = 16 * 1024 * 1024
 
 _MASK = "\x00"                # a masked address or id; NUL never survives _clean()
 _SKIPPED = "\x01"             # stands for a line too long to keep; likewise removed by _clean()
-_ANSI = lazy.regex(r"\x1b\[[0-9;]*m")
 # Hex addresses anywhere (group kept: re.split returns the values between
 # the text around them). Header ids are masked by `_mask`, not here: a
 # lookbehind alternative would make the scan twenty times slower.
@@ -447,8 +446,7 @@ def _clean(text: str) -> str:
     CRLF); NUL and \\x01 are ours (mask, skipped line), so the input loses them."""
     if text.startswith("\ufeff"):
         text = text[1:]
-    if "\x1b" in text:
-        text = _ANSI.sub("", text)
+    text = uncoloured(text)
     if "\r" in text:
         text = text.replace("\r\n", "\n")
     if _MASK in text or _SKIPPED in text:

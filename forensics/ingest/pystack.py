@@ -59,7 +59,7 @@ from .facts import Facts
 from .grammar import parser
 from .pyspy import _rank_hint, _split_call
 from .reader import reader_hooks
-from .textio import ANSI_COLOUR, InputError, has_nul, read_text
+from .textio import ANSI_COLOUR, InputError, has_nul, read_text, uncoloured
 
 KIND = "pystack"
 SOURCE = "pystack"
@@ -70,7 +70,6 @@ MAX_BAD_IN_BLOCK = 16         # lines dropped from one block before the rest of 
 _BLOCK_CACHE_CHARS = 32 * 1024 * 1024
 
 _MASK = "\x00"
-_ANSI = lazy.regex(r"\x1b\[[0-9;]*m")
 _ADDRESS = lazy.regex(r"0[xX][0-9a-fA-F]+")
 _HEADER_TID = lazy.regex(r"(Traceback for thread )(\d+)")
 
@@ -279,8 +278,7 @@ class _Reader:
 
     def read(self, text: str) -> Facts:
         text = text.replace("\x00", "")
-        if "\x1b" in text:
-            text = _ANSI.sub("", text)
+        text = uncoloured(text)
         lines = text.split("\n")
         self.facts.lines_read = len(lines)
         self.last_line = max((i for i, line in enumerate(lines, 1) if line.strip()), default=0)

@@ -20,9 +20,18 @@ import re
 import stat
 import zlib
 
+from .. import lazy
+
 HEAD_BYTES = 64 * 1024
 # Terminal colour codes (py-spy on a TTY, gdb >= 10 styling), in bytes.
 ANSI_COLOUR = re.compile(rb"\x1b\[[0-9;]*m")
+_ANSI_TEXT = lazy.regex(r"\x1b\[[0-9;]*m")  # the same, in decoded text
+
+
+def uncoloured(text: str) -> str:
+    """Decoded `text` without terminal colour codes."""
+    return _ANSI_TEXT.sub("", text) if "\x1b" in text else text
+
 _GZIP_MAGIC = b"\x1f\x8b"
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 # What a broken compressed stream raises part-way through (zstd errors
