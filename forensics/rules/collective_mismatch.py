@@ -234,16 +234,15 @@ def _finding(group, seq, ops, field, key):
     outcome_zh = "虽然已完成，但结果是错误的" if done else "任何一方都无法完成（集合通信失配）"
     message = f"Group {group}, {where}: {'; '.join(parts)} — {what} at the same position, {outcome}."
     message_zh = f"通信组 {group}，{where_zh}：{'；'.join(parts_zh)}——同一位置{what_zh}，{outcome_zh}。"
-    if majority is not None:
-        return Finding(ID, KIND, "warning" if done else "error", tuple(culprits), message, evidence, HINT,
-                       message_zh, HINT_ZH)
-    # As many ranks on each side: the calls disagree, which side is odd they do not say.
-    sides = " against ".join(_ranks(r) for r in by_value.values())
+    level = reason = reason_zh = ""
+    if majority is None:  # as many ranks on each side: the calls disagree, which side is odd they do not say
+        sides = " against ".join(_ranks(r) for r in by_value.values())
+        level = "medium"
+        reason = f"as many ranks on each side ({sides}): which call is the odd one needs the other members' calls " \
+                 f"at this position"
+        reason_zh = f"双方 Rank 数相同（{sides}）：要判断哪一方异常，需要该位置上其他成员的调用"
     return Finding(ID, KIND, "warning" if done else "error", tuple(culprits), message, evidence, HINT,
-                   message_zh, HINT_ZH, confidence="medium",
-                   confidence_reason=f"as many ranks on each side ({sides}): which call is the odd one needs "
-                                     f"the other members' calls at this position",
-                   confidence_reason_zh=f"双方 Rank 数相同（{sides}）：要判断哪一方异常，需要该位置上其他成员的调用")
+                   message_zh, HINT_ZH, confidence=level, confidence_reason=reason, confidence_reason_zh=reason_zh)
 
 
 def _show(value, field, zh=False):

@@ -199,35 +199,32 @@ def _counted_missing(incident, hits) -> list[Finding]:
         reporters = sorted({_printer(h) for h, _ in group})
         absent = world - count
         known = set(incident.ranks) | arrived
+        said = (f"{', '.join(reporters[:4])} state{'s' if len(reporters) == 1 else ''} that only {count} of "
+                f"{world} processes reached the store-based barrier of process-group creation ({key})")
+        said_zh = f"{'、'.join(reporters[:4])} 的日志指出进程组创建的 store barrier（{key}）只到达了 {world} 个进程中的 {count} 个"
         if len(arrived) == count and known and max(known) < world:
             ranks = tuple(r for r in range(world) if r not in arrived)
-            message = (f"{', '.join(reporters[:4])} state{'s' if len(reporters) == 1 else ''} that only {count} of "
-                       f"{world} processes reached the store-based barrier of process-group creation ({key}); "
-                       f"rank {compact(list(arrived))} printed their own wait there, so rank {compact(list(ranks))} "
-                       f"never arrived (not started, crashed, or stuck before init_process_group/new_group).")
-            message_zh = (f"{'、'.join(reporters[:4])} 的日志指出进程组创建的 store barrier（{key}）只到达了 {world} 个进程中的 "
-                          f"{count} 个；Rank {compact(list(arrived))} 各自打印了在此等待，因此 Rank {compact(list(ranks))} "
+            message = (f"{said}; rank {compact(list(arrived))} printed their own wait there, so rank "
+                       f"{compact(list(ranks))} never arrived (not started, crashed, or stuck before "
+                       f"init_process_group/new_group).")
+            message_zh = (f"{said_zh}；Rank {compact(list(arrived))} 各自打印了在此等待，因此 Rank {compact(list(ranks))} "
                           f"始终未到达（未启动、已崩溃或卡在 init_process_group/new_group 之前）。")
-            level = "medium"
             reason = (f"the barrier's count names no rank; the ranks that printed their wait there are {count} of "
                       f"{world}, and the group is taken to be the whole job")
             reason_zh = (f"barrier 的计数不点名 Rank；在此打印等待的 Rank 是 {world} 个中的 {count} 个，"
                          f"并假定该组即整个作业")
         else:
             ranks = ()
-            message = (f"{', '.join(reporters[:4])} state{'s' if len(reporters) == 1 else ''} that only {count} of "
-                       f"{world} processes reached the store-based barrier of process-group creation ({key}): "
-                       f"{absent} never arrived (not started, crashed, or stuck before it); the message does not say which.")
-            message_zh = (f"{'、'.join(reporters[:4])} 的日志指出进程组创建的 store barrier（{key}）只到达了 {world} 个进程中的 "
-                          f"{count} 个：有 {absent} 个始终未到达（未启动、已崩溃或卡在它之前），消息没有说明是哪些。")
-            level = "medium"
+            message = (f"{said}: {absent} never arrived (not started, crashed, or stuck before it); the message does "
+                       f"not say which.")
+            message_zh = f"{said_zh}：有 {absent} 个始终未到达（未启动、已崩溃或卡在它之前），消息没有说明是哪些。"
             reason = (f"the message counts {absent} absent process(es) of {world} but names none; the logs of the "
                       f"ranks that did arrive would tell the rest")
             reason_zh = f"消息只统计出 {world} 个中有 {absent} 个未到达，但没有点名；已到达的 Rank 的日志可以说明其余是谁"
         out.append(Finding(MISSING, "missing_rank", "error", ranks, message, _cite(group), _START_UP_HINT[0],
                            message_zh=message_zh, hint_zh=_START_UP_HINT[1],
                            culprits=tuple(_rank_culprit(incident, r) for r in ranks),
-                           confidence=level, confidence_reason=reason, confidence_reason_zh=reason_zh))
+                           confidence="medium", confidence_reason=reason, confidence_reason_zh=reason_zh))
     return out
 
 
