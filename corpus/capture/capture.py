@@ -62,6 +62,19 @@ GZIP_OVER = 200 * 1024
 HANG_VENV = "/opt/trainenv"
 POSTMORTEM_VENV = "/srv/trainenv"
 
+# One job, killed the same way, under torchrun and under mp.spawn: a long loop of gradient
+# all_reduces, rank 2 a straggler; once py-spy shows ranks 0 and 1 waiting in the
+# all_reduce for rank 2, rank 2 is killed at once.
+SIGKILL_JOB_ARGS = ["--stall-rank", "2", "--extra-steps", "100000", "--step-time", "0.05",
+                    "--slow-rank-step-time", "0.3"]
+SIGKILL_ACTIONS = [
+    {"wait_log": {0: "warm-up done", 1: "warm-up done", 2: "warm-up done"}},
+    {"sleep": 3.0},
+    {"pyspy": "all", "until": {0: "all_reduce (", 1: "all_reduce ("}, "tries": 30},
+    {"signal": "SIGKILL", "rank": 2},
+    {"wait_exit": 90},
+]
+
 SCENARIOS = {
     "real_p2p_cycle_2": {
         "job_scenario": "p2p_cycle_2",
@@ -288,21 +301,12 @@ SCENARIOS = {
     "real_sigkill_one_rank_gloo_fast_failure": {
         "mode": "postmortem",
         "job_scenario": "sigkill_one_rank",
-        "job_args": ["--stall-rank", "2", "--extra-steps", "100000", "--step-time", "0.05",
-                     "--slow-rank-step-time", "0.3"],
+        "job_args": SIGKILL_JOB_ARGS,
         "nproc": 3,
         "verdict": "dead_rank",
         "culprit_ranks": [2],
         "culprit_pids": True,
-        "actions": [
-            {"wait_log": {0: "warm-up done", 1: "warm-up done", 2: "warm-up done"}},
-            {"sleep": 3.0},
-            # py-spy every rank until the dumps show ranks 0 and 1 waiting in the
-            # all_reduce for rank 2, then kill rank 2 at once
-            {"pyspy": "all", "until": {0: "all_reduce (", 1: "all_reduce ("}, "tries": 30},
-            {"signal": "SIGKILL", "rank": 2},
-            {"wait_exit": 90},
-        ],
+        "actions": SIGKILL_ACTIONS,
         "expect": [("rank0.stderr.log", "by peer"), ("rank1.stderr.log", "by peer")],
         "how": (
             "Data-parallel job (train.py under torchrun, gloo, 3 ranks) in a long training "
@@ -439,18 +443,11 @@ SCENARIOS = {
         "mode": "postmortem",
         "launcher": "spawn",
         "job_scenario": "sigkill_one_rank",
-        "job_args": ["--stall-rank", "2", "--extra-steps", "100000", "--step-time", "0.05",
-                     "--slow-rank-step-time", "0.3"],
+        "job_args": SIGKILL_JOB_ARGS,
         "nproc": 3,
         "verdict": "dead_rank",
         "culprit_ranks": [2],
-        "actions": [
-            {"wait_log": {0: "warm-up done", 1: "warm-up done", 2: "warm-up done"}},
-            {"sleep": 3.0},
-            {"pyspy": "all", "until": {0: "all_reduce (", 1: "all_reduce ("}, "tries": 30},
-            {"signal": "SIGKILL", "rank": 2},
-            {"wait_exit": 90},
-        ],
+        "actions": SIGKILL_ACTIONS,
         "keep": ["console.log"],
         "pid_map": False,
         "expect": [("console.log", "process 2 terminated with signal SIGKILL")],
