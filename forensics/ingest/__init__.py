@@ -544,7 +544,8 @@ def merge(facts: list[Facts], artifacts: tuple = (), diagnostics=()) -> Incident
             known = groups.get(group.id)
             if known is None or not known.ranks:
                 groups[group.id] = group
-            elif group.ranks and group.ranks != known.ranks and set(group.ranks) != set(known.ranks):
+            elif (group.ranks and group.ranks is not known.ranks  # shared by every dump: no walk of 16,384 ranks
+                  and group.ranks != known.ranks and set(group.ranks) != set(known.ranks)):
                 diagnostics.append(Diagnostic(item.path, 0,
                                               f"group {group.id!r} has ranks {list(group.ranks)} here but "
                                               f"{list(known.ranks)} elsewhere: the first is used"))
@@ -668,10 +669,14 @@ def _world_size(facts: list[Facts], diagnostics: list) -> World | None:
     reader takes it for its pid map). Sources that disagree: the largest
     is used (a smaller one may be a subgroup's) and a diagnostic says so."""
     stated: list[tuple[int, str]] = []
+    highest: dict[int, int] = {}  # by id: 16,384 dumps share one member tuple of 16,384 ranks
     for item in facts:
         for group in item.groups:
             if group.id == m.DEFAULT_GROUP and group.ranks:
-                stated.append((max(group.ranks) + 1, f"the default group's members in {item.path}"))
+                top = highest.get(id(group.ranks))
+                if top is None:
+                    top = highest[id(group.ranks)] = max(group.ranks)
+                stated.append((top + 1, f"the default group's members in {item.path}"))
         sizes = [(size, evidence) for _, _, size, _, _, evidence in item.comm_members]
         if sizes:
             size, evidence = max(sizes, key=lambda pair: pair[0])
