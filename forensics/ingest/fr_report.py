@@ -89,6 +89,12 @@ _SNIFF = lazy.regex(
     rb"|built groups, memberships"
     rb"|\$ ?(?:\S*/)?(?:python[\d.]* -m torch\.distributed\.flight_recorder\.fr_trace|torchfrtrace|python[\d.]* \S*fr_trace\.py)\b"
     rb"|\w+\((?:s=-?\d+ d=-?\d+, )?input_sizes=\[.*, state=\w+\))", re.M)
+# Each alternative of the two patterns holds one of these: C scans decline
+# most files before the line-anchored search.
+_SNIFF_LITERALS = (b"Collective ", b"Not all ranks joining collective", b"Input/output mismatch",
+                   b"We cannot decide", b"No errors found for this", b"Too many mismatches",
+                   b"built groups, memberships", b"fr_trace", b"torchfrtrace", b"input_sizes=[",
+                   b"/flight_recorder/")
 _SNIFF_CRASH = lazy.regex(rb'File "[^"\n]*(?:torch/distributed|tools)/flight_recorder/[^"\n]*\.py", line \d+')
 
 
@@ -99,6 +105,8 @@ def sniff(path: str, head: bytes) -> str | None:
         return None
     if b"\x1b" in head[:8192]:
         head = ANSI_COLOUR.sub(b"", head)
+    if not any(literal in head for literal in _SNIFF_LITERALS):
+        return None
     return KIND if _SNIFF.search(head) or _SNIFF_CRASH.search(head) else None
 
 

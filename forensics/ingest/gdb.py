@@ -53,6 +53,9 @@ _SEGMENT = lazy.regex(
 _SNIFF_HEADER = lazy.regex(
     rb"^Thread \d+(?:\.\d+)? \((?:Thread 0x[0-9a-fA-F]+ \(LWP \d+\)|LWP \d+|process \d+)", re.M)
 _SNIFF_FRAME = lazy.regex(rb"^#0  0x[0-9a-fA-F]+ in \S", re.M)
+# What each of the two needs: three C scans decline most files (a py-spy
+# dump's `Thread 123 (idle)` lines included) before a line-anchored search.
+_SNIFF_LITERALS = (b"(LWP ", b"(process ", b"#0  0x")
 
 
 def sniff(path: str, head: bytes) -> bool:
@@ -60,6 +63,8 @@ def sniff(path: str, head: bytes) -> bool:
         return False
     if b"\x1b" in head:
         head = ANSI_COLOUR.sub(b"", head)
+    if not any(literal in head for literal in _SNIFF_LITERALS):
+        return False
     return bool(_SNIFF_HEADER.search(head) or _SNIFF_FRAME.search(head))
 
 

@@ -71,6 +71,8 @@ _SNIFF = lazy.regex(
     rb"|  Communicator ranks have different (?:\w+ operation counts|status)\r?$"
     rb"|Gathering data about the NCCL communicators \(timeout )", re.M)
 
+_SNIFF_LITERALS = (b"Job summary", b") MISMATCH", b") INCOMPLETE", b") ERROR",
+                   b"Communicator ranks have different ", b"Gathering data about the NCCL communicators")
 _COMM = lazy.regex(r"#(?P<group>\d{1,9})-(?P<index>\d{1,9}) \((?P<hash>[0-9a-f]{1,16})\) (?P<what>[A-Z,]+)")
 _SECTION = lazy.regex(r"(?P<what>Errors|Warnings|INCOMPLETE|DEAD|TIMEOUT|Job summary|Communicators(?:\.\.\..*)?)")
 _OPS = lazy.regex(r"Communicator ranks have different (?P<func>\w{1,32}) operation counts")
@@ -284,6 +286,8 @@ def sniff(path: str, head: bytes) -> str | None:
         return None
     if b"\x1b" in head[:8192]:
         head = ANSI_COLOUR.sub(b"", head)
+    if not any(literal in head for literal in _SNIFF_LITERALS):  # C scans before the line-anchored search
+        return None
     return KIND if _SNIFF.search(head) else None
 
 

@@ -82,6 +82,10 @@ _SNIFF = lazy.regex(
     rb"|Core file information:\r?\n(?:\x1b\[[0-9;]*m)*state: )", re.M)
 
 
+_SNIFF_LITERALS = (b"Traceback for thread ", b"The frame stack for thread ",
+                   b"Using executable found in the core file: ", b"Core file information:")
+
+
 def sniff(path: str, head: bytes) -> str | None:
     """pystack's own lines: a `Traceback for thread N … (most recent call
     last):` header (Python's tracebacks say `Traceback (most recent…`, gdb's
@@ -91,6 +95,8 @@ def sniff(path: str, head: bytes) -> str | None:
         return None
     if b"\x1b" in head[:8192]:
         head = ANSI_COLOUR.sub(b"", head)
+    if not any(literal in head for literal in _SNIFF_LITERALS):  # C scans before the line-anchored search
+        return None
     return KIND if _SNIFF.search(head) else None
 
 

@@ -115,12 +115,17 @@ _SNIFF = lazy.regex(
     re.M)
 
 
-# Every alternative of _SNIFF needs one of these: a C-speed pre-check rules
-# out most files (each stack dump of a 10,000-rank collection) before the
-# multi-line regex runs, which cost 2.5 ms per 64 KiB head.
+# Every alternative of _SNIFF needs one of these: C-speed scans rule out
+# most files (each stack dump of a 10,000-rank collection, each NCCL log)
+# before the multi-line regex runs, which cost 2.5 ms per 64 KiB head. The
+# source-file endings are the c10 prefixes' (`ProcessGroupNCCL.cpp:1234] `).
+# The glog form of the Python loggers (`I0612 … torch/distributed/….py:12] `)
+# has no literal of its own that a py-spy dump's frames lack: its time stamp
+# is searched for, only in files naming torch/distributed/ with a "] ".
 _SNIFF_LITERALS = (b"torch.distributed.", b"ChildFailedError", b"Root Cause", b"Detected mismatch",
-                   b"monitoredBarrier", b"Timed out waiting")
-_SNIFF_PREFIXES = lazy.regex(rb"[FEWIV]\d{3,4} \d\d:\d\d:\d\d\.\d{6}|\.(?:cpp|cc|h|hpp|cu|cxx):\d+\] ")
+                   b"monitoredBarrier", b"Timed out waiting", b".cpp:", b".cc:", b".h:", b".hpp:", b".cu:",
+                   b".cxx:")
+_SNIFF_GLOG = lazy.regex(rb"[FEWIV]\d{4} \d\d:\d\d:\d\d\.\d{6}")
 
 
 def sniff(path: str, head: bytes) -> bool:
@@ -131,7 +136,7 @@ def sniff(path: str, head: bytes) -> bool:
     if _crash_report(head):  # a rank's stderr: a traceback through c10d, or a C++ abort
         return not looks_binary(head)
     if not (any(literal in head for literal in _SNIFF_LITERALS)
-            or (b"] " in head and _SNIFF_PREFIXES.search(head))):  # both prefix forms end in "] "
+            or (b"torch/distributed/" in head and b"] " in head and _SNIFF_GLOG.search(head))):
         return False
     if looks_binary(head):
         return False
