@@ -211,6 +211,7 @@ class Catalogue:
         self._digit_literals = [(literal, es) for literal, es in by_literal.items() if _HAS_DIGIT.search(literal)]
         self._shapes: dict[str, tuple] = {}
         self._any_pattern = None
+        self._anchor_patterns: list[re.Pattern] | None = None
 
     @property
     def _any(self) -> re.Pattern | None:
@@ -230,8 +231,27 @@ class Catalogue:
         return len(self.entries)
 
     def mentions(self, text: str) -> bool:
-        """Whether any entry's literal occurs in `text`."""
-        return self._any is not None and self._any.search(text) is not None
+        """Whether any entry's literal occurs in `text`. Most texts hold
+        none (every stack dump of a big collection): the anchors decline
+        them at a fifth of the cost of the search for every literal."""
+        if self._any is None or not any(p.search(text) for p in self._anchors()):
+            return False
+        return self._any.search(text) is not None
+
+    def _anchors(self) -> list[re.Pattern]:
+        """Searches that every text holding a literal matches: each
+        literal's tail from its least common character on (`_anchor`), in
+        one trie per first character. A search whose pattern starts with
+        one character skips to that character's occurrences at C speed,
+        where the trie of all literals stops at every space and letter that
+        begins one (0.12 against 0.64 ms for a 10 KB py-spy dump)."""
+        if self._anchor_patterns is None:
+            tails: dict[str, list[str]] = {}
+            for literal in self._by_literal:
+                tail = _anchor(literal)
+                tails.setdefault(tail[0], []).append(tail)
+            self._anchor_patterns = [re.compile(_trie_pattern(group)) for _, group in sorted(tails.items())]
+        return self._anchor_patterns
 
     def candidates(self, line: str) -> list[Entry]:
         """Entries one of whose literals the line holds, in catalogue order.
@@ -285,6 +305,25 @@ class Catalogue:
             end = text.find("\n", found.end())
             last_start = start
             yield number, text[start:] if end < 0 else text[start:end]
+
+
+# Characters that fill log and stack text: a tail starting with one of them
+# would stop the search at many places. Of the rest, capitals and most
+# punctuation are rarer than lower case. (A frequency table ranking each
+# letter did worse: py-spy text is not English.)
+_COMMON = frozenset(" etaoinsrhldcumfpgwybvk.,:/_()0123456789\n")
+_ANCHOR_MIN = 4  # characters an anchor keeps at least (a shorter literal is its own anchor)
+
+
+def _anchor(literal: str) -> str:
+    """The literal's tail from its first character outside `_COMMON` (else
+    its first that is not lower case, else its start), keeping at least
+    _ANCHOR_MIN characters."""
+    if len(literal) <= _ANCHOR_MIN:
+        return literal
+    start = min(range(len(literal) - _ANCHOR_MIN + 1),
+                key=lambda i: (literal[i] in _COMMON, literal[i].islower(), i))
+    return literal[start:]
 
 
 def _trie_pattern(words) -> str:

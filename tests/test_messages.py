@@ -186,3 +186,28 @@ def test_a_flood_of_one_message_never_hides_another_at_the_end_of_a_log(tmp_path
     ids = [h.id for h in facts.messages]
     assert ids.count("c10d-nccl-teardown") == torchlog.MAX_STATED
     assert "c10d-nccl-watchdog-timeout" in ids and facts.messages[-1].evidence.line == 601
+
+
+def test_mentions_finds_every_literal_wherever_it_stands_and_nothing_else():
+    """The anchors only decline texts quickly: every literal, alone, inside
+    stack-dump text or cut short by one character, gets the answer of the
+    search for all literals."""
+    cat = messages.catalogue()
+    filler = "    all_reduce (torch/distributed/distributed_c10d.py:3252)\nThread 7877 (idle): \"MainThread\"\n"
+    assert not cat.mentions(filler * 50)
+    for literal in cat._by_literal:
+        for text in (literal, filler + literal + filler, filler[:17] + literal):
+            assert cat.mentions(text), literal
+        for cut in (literal[1:], literal[:-1]):
+            assert cat.mentions(cut) == (cat._any.search(cut) is not None), literal
+
+
+def test_each_anchor_is_a_tail_of_its_literal_starting_where_text_is_thin():
+    assert messages._anchor("wait timeout after ") == " timeout after "  # all common: the first non-letter
+    assert messages._anchor("Watchdog caught collective") == "Watchdog caught collective"
+    assert messages._anchor("connect to rank NCCL") == "NCCL"  # the first capital, four characters kept
+    assert messages._anchor("exceeded error retry count") == "xceeded error retry count"  # x is uncommon
+    assert messages._anchor(".h:") == ".h:"  # short: itself
+    for literal in messages.catalogue()._by_literal:
+        tail = messages._anchor(literal)
+        assert literal.endswith(tail) and len(tail) >= min(len(literal), messages._ANCHOR_MIN)
