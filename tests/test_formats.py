@@ -1,6 +1,7 @@
 """Every output format renders the same Report; formats are plugins; graph
 labels survive hostile text; SARIF and JUnit are structurally valid."""
 
+import gc
 import json
 import re
 import sys
@@ -336,3 +337,30 @@ def test_cli_writes_each_format(run_cli, name):
     assert result.returncode == 1, result.stderr
     assert result.stdout == render(forensics.analyze(P2P, plugins=Plugins(autoload=False)), name)
     assert result.stderr == ""
+
+
+class CollectorProbe:
+    """A format that notes whether the cyclic collector runs while it renders."""
+
+    seen: list = []
+
+    @hookimpl
+    def forensics_report_formats(self):
+        def render(report, lang):
+            CollectorProbe.seen.append(gc.isenabled())
+            return "probed\n"
+        return {"probe": render}
+
+
+def test_the_collector_stays_off_while_the_report_renders_and_is_back_after(tmp_path):
+    """With the collector on, every batch of objects rendering allocates made
+    it walk the whole incident again (seconds at 16,384 ranks)."""
+    import gc
+
+    assert gc.isenabled()
+    CollectorProbe.seen.clear()
+    plugins = Plugins(autoload=False, extra=(CollectorProbe(),))
+    code = cli.main(["analyze", str(P2P), "--format", "probe", "-o", str(tmp_path / "out.txt"), "-q"],
+                    plugins=plugins)
+    assert code == 1 and CollectorProbe.seen == [False]
+    assert gc.isenabled()
