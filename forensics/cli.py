@@ -457,7 +457,6 @@ def _analyze(args, plugin_set) -> int:
 
 
 def _analyze_paused(args, plugin_set) -> int:
-    from . import gc_paused
     from .ingest import load_incident
     from .ingest.textio import InputError
     from .report import FormatUnavailable, formats
@@ -481,7 +480,7 @@ def _analyze_paused(args, plugin_set) -> int:
     progress = None if args.quiet or not _is_terminal(sys.stderr) else ProgressBar()
     saved = run_limits.set_memory_limit(limits.parent_memory())
     try:
-        with gc_paused(), run_limits.applied(limits):
+        with run_limits.applied(limits):
             try:
                 incident = load_incident([str(p) for p in args.paths], plugins, hung=args.hung,
                                          jobs=args.jobs, full=args.full, progress=progress,

@@ -355,8 +355,6 @@ class CollectorProbe:
 def test_the_collector_stays_off_while_the_report_renders_and_is_back_after(tmp_path):
     """With the collector on, every batch of objects rendering allocates made
     it walk the whole incident again (seconds at 16,384 ranks)."""
-    import gc
-
     assert gc.isenabled()
     CollectorProbe.seen.clear()
     plugins = Plugins(autoload=False, extra=(CollectorProbe(),))
