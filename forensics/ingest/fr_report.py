@@ -66,7 +66,7 @@ from .. import lazy
 from ..model import Evidence, MessageHit, ProcessGroup, normalize_op
 from .facts import Facts
 from .reader import reader_hooks
-from .textio import ANSI_COLOUR, has_nul, int_text, read_document, uncoloured
+from .textio import head_shows, int_text, read_document, uncoloured
 
 KIND = "fr-analyzer-report"
 PREFIX = "fr-analyzer-"
@@ -101,13 +101,7 @@ _SNIFF_CRASH = lazy.regex(rb'File "[^"\n]*(?:torch/distributed|tools)/flight_rec
 def sniff(path: str, head: bytes) -> str | None:
     """The analyzer's own lines (block headers, verdicts, its `-v` chatter,
     a `-j` table cell), its command line, or its traceback."""
-    if not head or has_nul(head):
-        return None
-    if b"\x1b" in head[:8192]:
-        head = ANSI_COLOUR.sub(b"", head)
-    if not any(literal in head for literal in _SNIFF_LITERALS):
-        return None
-    return KIND if _SNIFF.search(head) or _SNIFF_CRASH.search(head) else None
+    return KIND if head_shows(head, _SNIFF_LITERALS, _SNIFF, _SNIFF_CRASH) else None
 
 
 # ------------------------------------------------------------------ lines

@@ -57,7 +57,7 @@ from ..messages import fact_items
 from ..model import MAX_RANKS, Evidence, MessageHit, normalize_op
 from .facts import Facts
 from .reader import reader_hooks
-from .textio import ANSI_COLOUR, has_nul, int_text, read_document, uncoloured
+from .textio import head_shows, int_text, read_document, uncoloured
 
 KIND = "nccl-ras-report"
 PREFIX = "nccl-ras-"
@@ -282,13 +282,7 @@ class _Reader:
 
 def sniff(path: str, head: bytes) -> str | None:
     """The report's own headings and block lines."""
-    if not head or has_nul(head):
-        return None
-    if b"\x1b" in head[:8192]:
-        head = ANSI_COLOUR.sub(b"", head)
-    if not any(literal in head for literal in _SNIFF_LITERALS):  # C scans before the line-anchored search
-        return None
-    return KIND if _SNIFF.search(head) else None
+    return KIND if head_shows(head, _SNIFF_LITERALS, _SNIFF) else None
 
 
 def parse(path: str, display: str) -> Facts:

@@ -59,7 +59,7 @@ from .facts import Facts
 from .grammar import parser
 from .pyspy import _rank_hint, _split_call
 from .reader import reader_hooks
-from .textio import ANSI_COLOUR, InputError, has_nul, read_text, uncoloured
+from .textio import InputError, head_shows, read_text, uncoloured
 
 KIND = "pystack"
 SOURCE = "pystack"
@@ -91,13 +91,7 @@ def sniff(path: str, head: bytes) -> str | None:
     last):` header (Python's tracebacks say `Traceback (most recent…`, gdb's
     py-bt `(most recent call first)`), an empty-stack line, or the core-file
     preamble. By content, never by name."""
-    if not head or has_nul(head):
-        return None
-    if b"\x1b" in head[:8192]:
-        head = ANSI_COLOUR.sub(b"", head)
-    if not any(literal in head for literal in _SNIFF_LITERALS):  # C scans before the line-anchored search
-        return None
-    return KIND if _SNIFF.search(head) else None
+    return KIND if head_shows(head, _SNIFF_LITERALS, _SNIFF) else None
 
 
 # ------------------------------------------------------------------ process lines

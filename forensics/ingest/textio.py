@@ -453,6 +453,20 @@ def has_nul(head: bytes) -> bool:
     return head.find(b"\x00", 0, _SAMPLE) >= 0
 
 
+def head_shows(head: bytes, literals: tuple[bytes, ...], *patterns) -> bool:
+    """Whether a text head (no NUL in its first 8 KiB) shows a report's own
+    lines: terminal colours in its first 8 KiB taken out, one of `literals`
+    (C scans that decline most files, each a string every alternative of the
+    patterns needs), then a match of one of `patterns`."""
+    if not head or has_nul(head):
+        return False
+    if b"\x1b" in head[:_SAMPLE]:
+        head = ANSI_COLOUR.sub(b"", head)
+    if not any(literal in head for literal in literals):
+        return False
+    return any(pattern.search(head) for pattern in patterns)
+
+
 def looks_binary(head: bytes) -> bool:
     """NUL bytes, or more than 15 % control bytes in the first 8 KiB.
     (bytes.translate keeps this in C: discovery calls it for every file.)"""
