@@ -224,11 +224,17 @@ def _schema_errors(data, root, path: str) -> list[RuleError]:
     validator = _validator()
     found = []
     for error in validator.iter_errors(data):
-        error = _most_specific(error, best_match)
+        either = _one_of_keys(error)
+        if not either:
+            error = _most_specific(error, best_match)
         node, key_node = _node_at(root, error.absolute_path)
         where = node
         message = error.message
-        if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        if either:
+            message = f"needs {' or '.join(repr(k) for k in either)}"
+            if {k.endswith("_zh") for k in either} == {True, False}:
+                message += " (one language is enough)"
+        elif error.validator == "additionalProperties" and isinstance(error.instance, dict):
             allowed = set(error.schema.get("properties", {}))
             extra = [k for k in error.instance if k not in allowed]
             if extra:
@@ -246,6 +252,20 @@ def _schema_errors(data, root, path: str) -> list[RuleError]:
         found.append(RuleError(path, line, col, f"{label + ': ' if label else ''}{message}"))
     found.sort(key=lambda e: (e.line, e.col))
     return found
+
+
+def _one_of_keys(error) -> list[str]:
+    """The keys of an `anyOf` whose every branch only requires a key (`title`
+    or `title_zh`), so the error can say "needs 'title' or 'title_zh'" rather
+    than one branch's complaint."""
+    if error.validator != "anyOf" or not error.context:
+        return []
+    keys = []
+    for branch in error.validator_value:
+        if set(branch) != {"required"} or len(branch["required"]) != 1:
+            return []
+        keys.append(branch["required"][0])
+    return keys
 
 
 def _most_specific(error, best_match):
@@ -394,6 +414,8 @@ class Rule:
     edge_reason: str = ""
     tests: tuple[RuleTest, ...] = ()
     text: str = ""  # the rule's own YAML, for `rules show`
+    hint: str = ""     # as written: a finding's hint in a language the rule lacks is left empty,
+    hint_zh: str = ""  # and the reports fall back to the other one
 
     @property
     def id(self) -> str:
@@ -481,8 +503,9 @@ class _Compiler:
         if bounds.get("min") is not None and bounds.get("max") is not None and bounds["min"] > bounds["max"]:
             self.error(at("matching"), "matching: min is larger than max")
         finding = spec.get("finding") or {}
-        message = self.template(finding["message"], at("finding", "message")) if finding else ""
-        message_zh = self.template(finding["message_zh"], at("finding", "message_zh")) if finding else ""
+        message = self.template(finding["message"], at("finding", "message")) if "message" in finding else ""
+        message_zh = (self.template(finding["message_zh"], at("finding", "message_zh"))
+                      if "message_zh" in finding else "")
         edges = spec.get("edges") or {}
         reason = self.template(edges["reason"], at("edges", "reason")) if edges else ""
         if edges and "waited_on" in spec:
@@ -490,12 +513,15 @@ class _Compiler:
                                         "(the graph is built from the edges)")
         if edges and others is None:
             self.error(at("edges"), "edges need an 'others' block: it says which ranks wait (or are waited for)")
-        if finding and spec["severity"] in ("error", "warning") and not (spec.get("hint") and spec.get("hint_zh")):
-            self.error(node, f"rule {rid!r}: a {spec['severity']} finding needs 'hint' and 'hint_zh'")
+        if finding and spec["severity"] in ("error", "warning") and not (spec.get("hint") or spec.get("hint_zh")):
+            self.error(node, f"rule {rid!r}: a {spec['severity']} finding needs a fix hint "
+                             f"('hint' or 'hint_zh')")
         kind = spec.get("kind") or rid.replace("-", "_")
         emits = tuple(x for x, on in (("findings", bool(finding)), ("edges", bool(edges))) if on)
-        doc = RuleDoc(rid, spec["title"], spec["title_zh"], spec["severity"], spec["explanation"],
-                      spec["explanation_zh"], spec.get("hint", ""), spec.get("hint_zh", ""),
+        title, title_zh = _both(spec.get("title", ""), spec.get("title_zh", ""))
+        explanation, explanation_zh = _both(spec.get("explanation", ""), spec.get("explanation_zh", ""))
+        hint, hint_zh = _both(spec.get("hint", ""), spec.get("hint_zh", ""))
+        doc = RuleDoc(rid, title, title_zh, spec["severity"], explanation, explanation_zh, hint, hint_zh,
                       kinds=(kind,) if finding else (), emits=emits, source=f"{self.display}:{line}")
         tests = []
         for index, t in enumerate(spec.get("tests") or []):
@@ -511,7 +537,23 @@ class _Compiler:
         return Rule(doc, kind, test, self.path, line, others,
                     (bounds.get("min"), bounds.get("max")), (spec.get("waited_on") or {}).get("min"),
                     bool(spec.get("requires_stuck")), message, message_zh,
-                    edges.get("direction", ""), edges.get("semantics", m.AND), reason, tuple(tests), text)
+                    edges.get("direction", ""), edges.get("semantics", m.AND), reason, tuple(tests), text,
+                    spec.get("hint", ""), spec.get("hint_zh", ""))
+
+
+MISSING_TEXT = {"en": "(no English text) ", "zh": "（缺少中文）"}
+
+
+def _both(en: str, zh: str) -> tuple[str, str]:
+    """A rule's text in both languages: a rule may be written in one only,
+    and where the other would be printed (`rules list`, `rules show --lang`,
+    a report's rule title) the text it has is shown, marked as missing in
+    the language asked for."""
+    if en and not zh:
+        return en, MISSING_TEXT["zh"] + en
+    if zh and not en:
+        return MISSING_TEXT["en"] + zh, zh
+    return en, zh
 
 
 def load_file(path: str, display: str | None = None, validate: bool = True) -> list[Rule]:
@@ -900,22 +942,52 @@ def _related(test: OthersTest, state: m.RankState, other: m.RankState, incident:
     return True
 
 
-def _values(hits: list[Hit], incident: m.Incident, analysis) -> dict[str, str]:
-    first = hits[0]
-    values = dict(first.capture.values)
+_FINDING_WIDE = frozenset({"rank", "ranks", "count", "others", "others_count", "others_op", "others_group"})
+SHOWN_VALUES = 3  # distinct values of one placeholder spelled out in a finding over several ranks
+_SEVERAL = {"en": ("rank", "ranks", ": ", "; ", "; and {n} more"),
+            "zh": ("Rank", "Rank", "：", "；", "；另有 {n} 项")}
+
+
+def _values(template: str, hits: list[Hit], incident: m.Incident, analysis, lang: str = "en") -> dict[str, str]:
+    """The values `template` names. `{rank}` and `{ranks}` name every rank
+    the rule matched; a per-rank value (`{frame}`, `{op}`, `{log_at}`, …) is
+    the one value when the ranks agree, and otherwise each distinct value
+    with the ranks that have it, in rank order, the first few spelled out."""
+    ranks = compact(h.rank for h in hits)
+    per_rank = set(template_names(template)) - _FINDING_WIDE
+    values = {key: _joined([(h.rank, h.capture.values.get(key, "")) for h in hits], lang)
+              for key in per_rank if key != "waiters"}
+    if "waiters" in per_rank:
+        values["waiters"] = "" if analysis is None else _joined(
+            [(h.rank, str(analysis.waiters_of.get(h.rank, 0))) for h in hits], lang)
     others = sorted({r for h in hits for r in h.others} - {h.rank for h in hits})
     other_ops = sorted({incident.ranks[r].current_op.op for r in others if incident.ranks[r].current_op})
     other_groups = sorted({m.group_id(incident.ranks[r].current_op.group) for r in others
                            if incident.ranks[r].current_op})
-    values.update(ranks=compact(h.rank for h in hits), count=str(len(hits)),
+    values.update(rank=ranks, ranks=ranks, count=str(len(hits)),
                   others=compact(others), others_count=str(len(others)),
-                  others_op="/".join(other_ops) or "-", others_group="/".join(other_groups) or "-",
-                  waiters=str(analysis.waiters_of.get(first.rank, 0)) if analysis is not None else "")
+                  others_op="/".join(other_ops) or "-", others_group="/".join(other_groups) or "-")
     return values
 
 
+def _joined(pairs: list[tuple[int, str]], lang: str) -> str:
+    """One placeholder's value over several ranks: (rank, value) pairs."""
+    holders: dict[str, list[int]] = {}
+    for rank, value in pairs:
+        if value:
+            holders.setdefault(value, []).append(rank)
+    if len(holders) <= 1:
+        return next(iter(holders), "")
+    one, many, colon, separator, more = _SEVERAL[lang]
+    parts = [f"{one if len(ranks) == 1 else many} {compact(ranks)}{colon}{value}"
+             for value, ranks in list(holders.items())[:SHOWN_VALUES]]
+    text = separator.join(parts)
+    if len(holders) > SHOWN_VALUES:
+        text += more.format(n=len(holders) - SHOWN_VALUES)
+    return text
+
+
 def finding_of(rule: Rule, hits: list[Hit], incident: m.Incident, analysis=None) -> m.Finding:
-    values = _values(hits, incident, analysis)
     evidence: list = []
     for hit in hits:
         evidence.extend(e for e in hit.capture.evidence if e not in evidence)
@@ -923,16 +995,20 @@ def finding_of(rule: Rule, hits: list[Hit], incident: m.Incident, analysis=None)
         cited = _op_evidence(incident.ranks[rank])
         if cited is not None and cited not in evidence:
             evidence.append(cited)
+    # A rule written in one language: the English fields carry the text it
+    # has, the Chinese ones stay empty when it has none (reports fall back).
+    template = rule.message or rule.message_zh
+    message = render(template, _values(template, hits, incident, analysis, "en" if rule.message else "zh"))
+    message_zh = (render(rule.message_zh, _values(rule.message_zh, hits, incident, analysis, "zh"))
+                  if rule.message_zh else "")
     return m.Finding(rule.id, rule.kind, rule.doc.severity, tuple(h.rank for h in hits),
-                     render(rule.message, values), tuple(evidence[:MAX_EVIDENCE]), rule.doc.hint,
-                     render(rule.message_zh, values), rule.doc.hint_zh)
+                     message, tuple(evidence[:MAX_EVIDENCE]), rule.hint or rule.hint_zh, message_zh, rule.hint_zh)
 
 
 def edges_of(rule: Rule, hits: list[Hit], incident: m.Incident) -> list[m.WaitEdge]:
     edges = []
     for hit in hits:
-        values = _values([hit], incident, None)
-        reason = render(rule.edge_reason, values)
+        reason = render(rule.edge_reason, _values(rule.edge_reason, [hit], incident, None))
         for other in hit.others:
             cited = tuple(hit.capture.evidence[:2])
             other_evidence = _op_evidence(incident.ranks[other])
@@ -966,13 +1042,13 @@ class RuleSet:
     @hookimpl
     def forensics_findings(self, incident):
         return [finding_of(rule, hits, incident) for rule in self.rules
-                if rule.message and rule.waited_on is None
+                if (rule.message or rule.message_zh) and rule.waited_on is None
                 for hits in [evaluate(rule, incident)] if hits]
 
     @hookimpl
     def forensics_graph_findings(self, incident, analysis):
         return [finding_of(rule, hits, incident, analysis) for rule in self.rules
-                if rule.message and rule.waited_on is not None
+                if (rule.message or rule.message_zh) and rule.waited_on is not None
                 for hits in [evaluate(rule, incident, analysis)] if hits]
 
 

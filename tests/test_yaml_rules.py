@@ -3,6 +3,7 @@ files are refused in one line, the shipped rules pass their inline tests,
 and a team's rule folder changes what `analyze` reports."""
 
 import json
+import re
 import textwrap
 
 import pytest
@@ -61,8 +62,17 @@ def test_bad_enum_value_is_reported_at_the_value(tmp_path):
 
 
 def test_missing_required_field_names_the_rule(tmp_path):
-    path = write(tmp_path, GOOD_RULE.replace("    title_zh: 预取线程卡在分片读取\n", ""))
-    assert errors_of(path) == [f"{path}:2:5: rules/0: 'title_zh' is required"]
+    path = write(tmp_path, GOOD_RULE.replace("    severity: warning\n", ""))
+    assert errors_of(path) == [f"{path}:2:5: rules/0: 'severity' is required"]
+
+
+def test_a_text_missing_in_both_languages_names_both_keys(tmp_path):
+    path = write(tmp_path, GOOD_RULE.replace("    title_zh: 预取线程卡在分片读取\n", "")
+                 .replace("    title: Prefetch thread stuck reading a shard\n", ""))
+    assert errors_of(path) == [f"{path}:2:5: rules/0: needs 'title' or 'title_zh' (one language is enough)"]
+    path = write(tmp_path, GOOD_RULE.split("    finding:")[0] + "    finding: {}\n")
+    assert errors_of(path) == [f"{path}:12:14: rules/0/finding: needs 'message' or 'message_zh' "
+                               f"(one language is enough)"]
 
 
 def test_wrong_type_deep_inside_match(tmp_path):
@@ -118,9 +128,10 @@ def test_render_substitutes_names_only():
 
 
 def test_error_findings_need_hints(tmp_path):
-    path = write(tmp_path, GOOD_RULE.replace("    hint_zh: 检查分片所在的存储挂载。\n", ""))
-    assert errors_of(path) == [f"{path}:2:5: rule 'team-prefetch-stall': a warning finding needs "
-                               f"'hint' and 'hint_zh'"]
+    path = write(tmp_path, GOOD_RULE.replace("    hint_zh: 检查分片所在的存储挂载。\n", "")
+                 .replace("    hint: Check the shard's storage mount.\n", ""))
+    assert errors_of(path) == [f"{path}:2:5: rule 'team-prefetch-stall': a warning finding needs a fix hint "
+                               f"('hint' or 'hint_zh')"]
 
 
 # ------------------------------------------------------------------ hostile files
@@ -346,3 +357,122 @@ def test_rule_set_is_a_plain_plugin():
     (finding,) = [f for f in report.findings if f.rule == "barrier-on-other-group"]
     # the stack knows the group as `groups["ckpt"]`, Flight Recorder as group 1
     assert finding.ranks == (3,) and "group 1" in finding.message and "(0-2)" in finding.message
+
+
+# ------------------------------------------------------------------ one language, several ranks, the docs' example
+
+def _one_language(rule: str, keep: str) -> str:
+    """GOOD_RULE with only the English (`keep="en"`) or Chinese texts."""
+    lines = rule.splitlines(keepends=True)
+    if keep == "en":
+        return "".join(line for line in lines if not re.match(r"\s+\w+_zh:", line))
+    kept = [line for line in lines if not re.match(r"\s+(title|explanation|hint|message):", line)]
+    return "".join(kept)
+
+
+def test_a_rule_in_english_only_is_accepted_and_chinese_shows_it_missing(tmp_path, run_cli):
+    write(tmp_path, _one_language(GOOD_RULE, "en"))
+    assert "_zh" not in (tmp_path / "team.yaml").read_text()
+    assert run_cli("rules", "check", tmp_path).returncode == 0
+    incident = CORPUS / "real_missing_rank_dataloader"
+    zh = run_cli("analyze", incident, "--hung", "-j", "1", "--lang", "zh", "--rules", tmp_path)
+    # the Chinese report falls back to the English message, and titles it as missing in Chinese
+    (line,) = [x for x in zh.stdout.splitlines() if "team-prefetch-stall" in x]
+    assert "（缺少中文）Prefetch thread stuck reading a shard" in line
+    assert "Rank 2: batch_prefetch thread in ShardedLoader.read_shard_record (train.py:176)" in line
+    data = json.loads(run_cli("analyze", incident, "--hung", "-j", "1", "-f", "json", "--rules", tmp_path).stdout)
+    (finding,) = [f for f in data["findings"] if f["rule"] == "team-prefetch-stall"]
+    assert finding["hint"] == "Check the shard's storage mount."
+    shown = run_cli("rules", "show", "team-prefetch-stall", "--rules", tmp_path, "--lang", "zh").stdout
+    assert shown.startswith("team-prefetch-stall: （缺少中文）Prefetch thread stuck reading a shard\n")
+    assert "  （缺少中文）A loader thread is stuck in read_shard_record." in shown
+    assert "  （缺少中文）Check the shard's storage mount." in shown
+    english = run_cli("rules", "show", "team-prefetch-stall", "--rules", tmp_path).stdout
+    assert "缺少中文" not in english and english.startswith("team-prefetch-stall: Prefetch thread stuck")
+
+
+def test_a_rule_in_chinese_only_is_accepted_and_english_shows_it_missing(tmp_path, run_cli):
+    write(tmp_path, _one_language(GOOD_RULE, "zh"))
+    text = (tmp_path / "team.yaml").read_text()
+    assert "title:" not in text and "message:" not in text and "message_zh:" in text
+    (rule,) = load_file(str(tmp_path / "team.yaml"))
+    assert rule.doc.title == "(no English text) 预取线程卡在分片读取" and rule.doc.title_zh == "预取线程卡在分片读取"
+    incident = CORPUS / "real_missing_rank_dataloader"
+    data = json.loads(run_cli("analyze", incident, "--hung", "-j", "1", "-f", "json", "--rules", tmp_path).stdout)
+    (finding,) = [f for f in data["findings"] if f["rule"] == "team-prefetch-stall"]
+    assert finding["message"].startswith("Rank 2：batch_prefetch 线程在 ShardedLoader.read_shard_record (train.py:176)")
+    assert finding["hint"] == "检查分片所在的存储挂载。"
+    listed = run_cli("rules", "list", "--rules", tmp_path).stdout
+    assert "(no English text) 预取线程卡在分片读取" in listed
+    shown = run_cli("rules", "show", "team-prefetch-stall", "--rules", tmp_path).stdout
+    assert "  (no English text) 加载线程卡在 read_shard_record。" in shown
+    assert "no English text" not in run_cli("rules", "show", "team-prefetch-stall", "--rules", tmp_path,
+                                            "--lang", "zh").stdout
+
+
+SEVERAL = """\
+rules:
+  - id: team-shard-read
+    title: Reading a shard
+    title_zh: 正在读取分片
+    severity: info
+    explanation: Ranks inside read_shard.
+    explanation_zh: 在 read_shard 中的 Rank。
+    match:
+      frame: {function: 'read_shard'}
+    finding:
+      message: "Rank {rank} ({count}, {ranks}) in {frame} at {frame_at}, {activity}"
+      message_zh: "Rank {rank}（{count}）在 {frame}，位于 {frame_at}"
+"""
+
+
+def test_a_finding_over_several_ranks_names_every_rank_and_each_ones_values(tmp_path):
+    folder = tmp_path / "incident"
+    folder.mkdir()
+    frames = {0: 12, 1: 12, 3: 19, 4: 21, 5: 23}
+    snapshot = {str(r): {"current_op": "compute", "stack": ["train (train.py:40)", f"read_shard (data.py:{line})"]}
+                for r, line in frames.items()}
+    snapshot["2"] = {"current_op": "all_reduce", "op_seq": 7}
+    (folder / "snapshot.json").write_text(json.dumps(snapshot, indent=None).replace("}, ", "},\n"))
+    rules = load_file(str(write(tmp_path, SEVERAL)))
+    plugins = Plugins(autoload=False, extra=(RuleSet(rules),))
+    report = forensics.analyze(folder, jobs=1, plugins=plugins)
+    (finding,) = [f for f in report.findings if f.rule == "team-shard-read"]
+    assert finding.ranks == (0, 1, 3, 4, 5)
+    lines = {r: i + 1 for i, r in enumerate([0, 1, 3, 4, 5, 2])}
+    assert finding.message == (
+        "Rank 0,1,3-5 (5, 0,1,3-5) in ranks 0,1: read_shard (data.py:12); rank 3: read_shard (data.py:19); "
+        "rank 4: read_shard (data.py:21); and 1 more at "
+        f"rank 0: snapshot.json:{lines[0]}; rank 1: snapshot.json:{lines[1]}; rank 3: snapshot.json:{lines[3]}; "
+        "and 2 more, computing")
+    assert finding.message_zh.startswith("Rank 0,1,3-5（5）在 Rank 0,1：read_shard (data.py:12)；Rank 3：")
+    assert finding.message_zh.endswith("；另有 2 项")
+    # one rank: the plain values, as before
+    (alone,) = [f for f in forensics.analyze(folder, jobs=1, plugins=Plugins(
+        autoload=False, extra=(RuleSet(load_file(str(write(tmp_path, SEVERAL.replace(
+            "frame: {function: 'read_shard'}", "frame: {function: 'read_shard'}\n      ranks: [3]"))))),)))
+        .findings if f.rule == "team-shard-read"]
+    assert alone.message == f"Rank 3 (1, 3) in read_shard (data.py:19) at snapshot.json:{lines[3]}, computing"
+
+
+def _docs_rule_file() -> str:
+    page = (CORPUS.parent / "docs" / "rules.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```yaml\n(.*?)```", page, re.S)
+    (whole,) = [b for b in blocks if b.startswith("version: 1\n")]
+    return whole
+
+
+def test_the_docs_minimal_rule_file_loads_and_passes_its_tests(tmp_path, run_cli):
+    folder = tmp_path / "my_rules"
+    folder.mkdir()
+    (folder / "shard_read.yaml").write_text(_docs_rule_file(), encoding="utf-8")
+    checked = run_cli("rules", "check", folder)
+    assert checked.returncode == 0, checked.stderr
+    assert checked.stdout.endswith("ok (1 rule(s): shard-read-while-others-wait)\n")
+    tested = run_cli("rules", "test", folder)
+    assert tested.returncode == 0, tested.stdout
+    assert tested.stdout.splitlines()[-1] == "2 passed, 0 failed (1 rule(s))"
+    # every placeholder the docs' table names is one the templates know, and every known one is in the table
+    page = (CORPUS.parent / "docs" / "rules.md").read_text(encoding="utf-8")
+    table = page.split("### Template placeholders", 1)[1].split("\n\n")[2]
+    assert set(re.findall(r"`\{(\w+)\}`", table)) == yamlrules.PLACEHOLDERS
