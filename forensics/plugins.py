@@ -29,6 +29,7 @@ READER_PLUGINS = (
     "forensics.ingest.flightrecorder",
     "forensics.ingest.fr_report",
     "forensics.ingest.ncclras",
+    "forensics.ingest.procstate",
     "forensics.ingest.statements",
 )
 RULE_PLUGINS = (
