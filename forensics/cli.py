@@ -317,6 +317,9 @@ def _main(argv, plugins=None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return EXIT_INPUT
+    from . import usercache
+
+    usercache.check()  # before any worker forks: each cache file that is not safe to load is named once
     if args.command == "analyze":
         return _analyze(args, plugin_set)
     if args.command == "collect":
@@ -566,11 +569,10 @@ def _parse_to_facts(args, plugin_set) -> int:
         run_limits.restore_memory_limit(saved)
     data = to_bytes(Bundle(artifacts, results, diagnostics, list(plugins.diagnostics)),
                     host=socket.gethostname(), prefix=prefix)
+    from . import atomic
+
     try:
-        tmp = args.out + ".tmp"
-        with open(tmp, "wb") as handle:
-            handle.write(data)
-        os.replace(tmp, args.out)
+        atomic.write(args.out, data)
     except OSError as exc:
         print(f"forensics: {args.out}: cannot write: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_INPUT

@@ -425,14 +425,12 @@ def catalogue() -> Catalogue:
     """The shipped catalogue (loaded once per process). A broken shipped file
     is a bug of ours: it raises."""
     paths = shipped_files()
-    raws = _cached(paths)
-    if raws is None:
+    entries = _cached(paths)
+    if entries is None:
         entries, problems = load(paths, check_examples=False)  # the test suite checks them
         if problems:
             raise CatalogueError(problems)
         _store(paths, entries)
-    else:
-        entries = [Entry(**raw) for raw in raws]
     return Catalogue(entries)
 
 
@@ -446,63 +444,65 @@ def catalogue_or_empty(facts) -> Catalogue:
         return Catalogue([])
 
 
-_CACHE_VERSION = 1
+_CACHE_VERSION = 2
 
 
-def _cache_path(paths: list[str]) -> str | None:
-    """Where the parsed catalogue is kept (the temp dir, like lark's tables),
-    named by a hash of the files' bytes: a changed file is a new name."""
+def _cache_name(paths: list[str]) -> str | None:
+    """The parsed catalogue's name in the per-user cache: a hash of the files'
+    names and bytes (a changed file is a new name), not of where they lie."""
     import hashlib
-    import tempfile
 
     digest = hashlib.sha256(str(_CACHE_VERSION).encode())
     try:
         for path in paths:
+            digest.update(os.path.basename(path).encode() + b"\0")
             with open(path, "rb") as handle:
                 digest.update(handle.read())
     except OSError:
         return None
-    return os.path.join(tempfile.gettempdir(), f"forensics-messages-{digest.hexdigest()[:24]}.json")
+    return f"messages-{digest.hexdigest()[:24]}.json"
 
 
-def _cached(paths: list[str]) -> list[dict] | None:
-    """The entries as plain data (JSON, never code), if this exact
-    catalogue was parsed before; PyYAML costs a tenth of a second per run."""
-    import json
+def _cached(paths: list[str]) -> list[Entry] | None:
+    """The entries, if this exact catalogue was parsed before (PyYAML costs a
+    tenth of a second per run). The cache holds plain data and each entry's
+    file name only: the folder is the one the entries are loaded from now."""
+    from . import usercache
 
-    where = _cache_path(paths)
-    if where is None:
+    name = _cache_name(paths)
+    raws = usercache.read_json(name) if name else None
+    if not isinstance(raws, list):
         return None
+    folders = {os.path.basename(p): p for p in paths}
     try:
-        with open(where, encoding="utf-8") as handle:
-            raws = json.load(handle)
-        return [_entry_fields(raw) for raw in raws]
-    except (OSError, ValueError, TypeError, KeyError):
-        return None
+        return [Entry(**_entry_fields(raw, folders)) for raw in raws]
+    except (TypeError, KeyError, ValueError, AttributeError):
+        return None  # a cache of another layout: parsed again
 
 
-def _entry_fields(raw: dict) -> dict:
+def _entry_fields(raw: dict, folders: dict[str, str]) -> dict:
     out = dict(raw)
     for name in ("match", "patterns", "variants"):
         out[name] = tuple(out[name])
     out["facts"] = {k: tuple(v) if isinstance(v, list) else v for k, v in out["facts"].items()}
+    out["path"] = folders[out["path"]]
     return out
 
 
 def _store(paths: list[str], entries: list[Entry]) -> None:
     import dataclasses
-    import json
 
-    where = _cache_path(paths)
-    if where is None:
+    from . import usercache
+
+    name = _cache_name(paths)
+    if name is None:
         return
-    try:
-        temporary = f"{where}.{os.getpid()}"
-        with open(temporary, "w", encoding="utf-8") as handle:
-            json.dump([{f.name: getattr(e, f.name) for f in dataclasses.fields(Entry)} for e in entries], handle)
-        os.replace(temporary, where)
-    except (OSError, TypeError, ValueError):
-        pass  # no cache: the next run parses the YAML again
+    rows = []
+    for entry in entries:
+        row = {f.name: getattr(entry, f.name) for f in dataclasses.fields(Entry)}
+        row["path"] = os.path.basename(entry.path)
+        rows.append(row)
+    usercache.write_json(name, rows)
 
 
 _ID_LINE = re.compile(r"^\s*-\s+id:\s*['\"]?([\w.-]+)", re.M)

@@ -533,8 +533,7 @@ class Watcher:
             except Exception as exc:  # noqa: BLE001 - a report we cannot render is said, the watch goes on
                 self.say(f"could not write {filename}: {type(exc).__name__}: {exc}")
                 continue
-            with open(os.path.join(folder, filename), "w", encoding="utf-8") as handle:
-                handle.write(text)
+            _write_text(os.path.join(folder, filename), text)
         progress = describe_progress(root, states, report.culprit_ranks) if root is not None else ""
         verdict.summary = {
             "schema": VERDICT_SCHEMA, "verdict": report.verdict, "culprit_ranks": list(report.culprit_ranks),
@@ -638,7 +637,6 @@ def _write_json(path: str, value) -> None:
 
 
 def _write_text(path: str, text: str) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    os.replace(tmp, path)
+    from .. import atomic
+
+    atomic.write(path, text)
