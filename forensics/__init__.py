@@ -2,7 +2,7 @@
 
 Public API:
     analyze(paths, hung=False) -> Report       # what `forensics analyze` runs
-    detect_comm_deadlock(rank_states) -> dict  # the original brief's exercise
+    detect_comm_deadlock(rank_states) -> dict  # one snapshot {rank: state} → is it deadlocked, which ranks
     hookimpl                                    # mark plugin hook implementations
 """
 
