@@ -16,7 +16,8 @@ for every rank of the chosen job writes, as soon as each is captured:
     nccl/…                NCCL_DEBUG_FILE files (%h and %p expanded)
     dmesg.txt             the kernel log's tail, where readable
     manifest.json         rank -> pid, host, local rank, files; tool versions;
-                          every failure and why
+                          every failure and why; every file or pipe skipped
+                          because it is not the rank's own, and why
     progress.json         with --snapshots N: what moved between rounds (the
                           main stack, the Flight Recorder's sequence numbers
                           where a dump can be requested each round, the main
@@ -31,12 +32,15 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import errno
 import hashlib
 import json
 import os
+import pwd
 import re
 import shutil
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -67,6 +71,7 @@ class Proc:
     cmdline: str
     env: dict
     threads: int = 0
+    uid: int | None = None   # effective uid: whose files and pipe collect will read and write
 
     @property
     def rank(self) -> int | None:
@@ -126,7 +131,18 @@ def read_proc(pid: int) -> Proc | None:
         if sep and name in ENV_KEYS:
             env[name] = value.decode("utf-8", "replace")
     cmdline = (_read(f"/proc/{pid}/cmdline", binary=True) or b"").replace(b"\0", b" ").decode("utf-8", "replace")
-    return Proc(pid, int(fields[1]), fields[0], int(fields[19]), cmdline.strip(), env, int(fields[17]))
+    uid = _uid_of(pid) if any(env.get(key, "").isdigit() for key in RANK_KEYS) else None
+    return Proc(pid, int(fields[1]), fields[0], int(fields[19]), cmdline.strip(), env, int(fields[17]), uid)
+
+
+def _uid_of(pid: int) -> int | None:
+    """The effective uid of a process (/proc/PID/status; the owner of
+    /proc/PID is root for a process that is not dumpable)."""
+    for line in (_read(f"/proc/{pid}/status") or "").splitlines():
+        if line.startswith("Uid:"):
+            fields = line.split()
+            return int(fields[2]) if len(fields) > 2 and fields[2].isdigit() else None
+    return None
 
 
 def all_procs() -> dict[int, Proc]:
@@ -264,16 +280,126 @@ def _write_json(path: str, value) -> bool:
     return _write(path, json.dumps(value, indent=1).encode())
 
 
-def _copy_tail(src: str, dst: str, limit: int = LOG_TAIL) -> bool:
+# ------------------------------------------------------------------ files found by name
+
+# Flight Recorder dumps, NCCL debug files and the pipe are found by names
+# anyone can guess, often in /tmp, or that the job's owner chose; collect may
+# run as root. A file is read only when it is the rank's own, and the pipe
+# written only when it is the rank's FIFO. The path is checked without
+# following a symbolic link, opened without following one either, and the
+# opened file checked again: what is read or written is what was checked.
+# A file owned by root is taken only where the rank could have written it:
+# the rank runs as root, or it is the rank's own stdout or stderr (a root
+# launcher's redirect). A non-root rank cannot write a root-owned file that
+# is not group- or world-writable, so such a file found by name is never its
+# output, and copying it would hand root's file to the job's owner.
+
+def _rank_uid(rank: Rank) -> int | None:
+    return rank.proc.uid if rank.proc.uid is not None else _uid_of(rank.proc.pid)
+
+
+def _user(uid: int) -> str:
     try:
-        with open(src, "rb") as handle:
+        return f"uid {uid} ({pwd.getpwuid(uid).pw_name})"
+    except (KeyError, OverflowError):
+        return f"uid {uid}"
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISREG, "a regular file")):
+        if test(mode):
+            return name
+    return "a file of an unknown kind"
+
+
+def _symlink_refusal(path: str) -> str:
+    with contextlib.suppress(OSError):
+        return f"a symbolic link to {os.readlink(path)}: not followed"
+    return "a symbolic link: not followed"
+
+
+def _file_refusal(st: os.stat_result, uid: int | None, path: str, root_ok: bool = False) -> str:
+    """Why a file is not the rank's own to read ("" when it is). root_ok:
+    root's files are the rank's too (its own stdout and stderr)."""
+    if stat.S_ISLNK(st.st_mode):
+        return _symlink_refusal(path)
+    if not stat.S_ISREG(st.st_mode):
+        return f"{_kind(st.st_mode)}, not a regular file"
+    if st.st_uid != uid and not (root_ok and st.st_uid == 0):
+        rank_uid = "the rank's uid is unknown" if uid is None else f"the rank runs as {_user(uid)}"
+        return f"owned by {_user(st.st_uid)}, not by the rank ({rank_uid})"
+    writable = {stat.S_IWGRP: "group", stat.S_IWOTH: "others", stat.S_IWGRP | stat.S_IWOTH: "group and others"}
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return (f"writable by {writable[st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)]} "
+                f"(mode {stat.S_IMODE(st.st_mode):04o}): another user could have written it")
+    if st.st_nlink > 1:
+        return f"{st.st_nlink} names (hard links): it may be another file linked under this name"
+    return ""
+
+
+def _pipe_refusal(st: os.stat_result, uid: int | None, path: str) -> str:
+    """Why a debug-info pipe is not the rank's to write to ("" when it is)."""
+    if stat.S_ISLNK(st.st_mode):
+        return _symlink_refusal(path)
+    if not stat.S_ISFIFO(st.st_mode):
+        return f"{_kind(st.st_mode)}, not a FIFO: not written to"
+    if uid is None:
+        return "the rank's uid is unknown: not written to"
+    if st.st_uid != uid:
+        return f"a FIFO owned by {_user(st.st_uid)}, not by the rank's {_user(uid)}: not written to"
+    return ""
+
+
+def _open_checked(path: str, uid: int | None, via_proc: bool = False) -> tuple[int | None, str]:
+    """(an fd open for reading, "") on the rank's own regular file, else
+    (None, why not). `via_proc`: path is /proc/PID/fd/N, which names the
+    rank's open file itself (followed on purpose; root's file is taken).
+    O_NONBLOCK: a FIFO put in the file's place between the checks does not
+    hold the open."""
+    try:
+        before = os.stat(path) if via_proc else os.lstat(path)
+    except OSError as exc:
+        return None, exc.strerror or str(exc)
+    why = _file_refusal(before, uid, path, root_ok=via_proc)
+    if why:
+        return None, why  # a FIFO or a device is never opened
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | (0 if via_proc else os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        return None, ("replaced by a symbolic link: not followed" if exc.errno == errno.ELOOP
+                      else exc.strerror or str(exc))
+    try:
+        after = os.fstat(fd)
+        why = _file_refusal(after, uid, path, root_ok=via_proc)
+        if not why and (after.st_dev, after.st_ino) != (before.st_dev, before.st_ino):
+            why = "replaced while it was opened"
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+    if why:
+        os.close(fd)
+        return None, why
+    return fd, ""
+
+
+def _copy_checked(src: str, dst: str, uid: int | None, limit: int = LOG_TAIL,
+                  via_proc: bool = False) -> tuple[bool, str]:
+    """Copy the last `limit` bytes of the rank's own file src to dst.
+    (copied, why it was skipped): a file that fails the checks is skipped."""
+    fd, why = _open_checked(src, uid, via_proc)
+    if fd is None:
+        return False, why
+    try:
+        with os.fdopen(fd, "rb") as handle:
             handle.seek(0, os.SEEK_END)
             size = handle.tell()
             handle.seek(max(0, size - limit))
             data = handle.read(limit)
-    except OSError:
-        return False
-    return _write(dst, data)
+    except OSError as exc:
+        return False, exc.strerror or str(exc)
+    return _write(dst, data), ""
 
 
 def _fd_file(pid: int, fd: int) -> str | None:
@@ -292,11 +418,23 @@ def _request_fr(rank: Rank) -> str:
     if not stem:
         return ""
     pipe = f"{stem}{rank.rank}.pipe"
+    uid = _rank_uid(rank)
     try:
-        fd = os.open(pipe, os.O_WRONLY | os.O_NONBLOCK)
+        why = _pipe_refusal(os.lstat(pipe), uid, pipe)  # a regular file or a device is never opened
     except OSError as exc:
         return f"Flight Recorder pipe {pipe}: {exc.strerror}"
+    if why:
+        return f"skipped Flight Recorder pipe {pipe}: {why}"
     try:
+        fd = os.open(pipe, os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_NOCTTY)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return f"skipped Flight Recorder pipe {pipe}: replaced by a symbolic link: not followed"
+        return f"Flight Recorder pipe {pipe}: {exc.strerror}"
+    try:
+        why = _pipe_refusal(os.fstat(fd), uid, pipe)
+        if why:
+            return f"skipped Flight Recorder pipe {pipe}: {why}"
         os.write(fd, b"1\n")
     except OSError as exc:
         return f"Flight Recorder pipe {pipe}: {exc.strerror}"
@@ -305,9 +443,10 @@ def _request_fr(rank: Rank) -> str:
     return f"requested a Flight Recorder dump through {pipe}"
 
 
-def _fr_files(rank: Rank) -> list[str]:
-    """The rank's Flight Recorder dump files written since it started (an
-    older file of the same name is another run's)."""
+def _fr_candidates(rank: Rank) -> list[str]:
+    """The names of the rank's Flight Recorder dumps that were written (or
+    put there) since it started (an older file of the same name is another
+    run's); whatever they are, unchecked."""
     env = rank.proc.env
     since = _boot_time() + rank.proc.start / os.sysconf("SC_CLK_TCK")
     found = []
@@ -315,9 +454,22 @@ def _fr_files(rank: Rank) -> list[str]:
                    "/tmp/nccl_trace_rank_"}:
         path = f"{prefix}{rank.rank}" if prefix else ""
         with contextlib.suppress(OSError):
-            if path and os.path.isfile(path) and os.path.getmtime(path) >= since - 1:
+            if path and os.lstat(path).st_mtime >= since - 1:
                 found.append(path)
     return sorted(set(found))
+
+
+def _fr_files(rank: Rank) -> list[str]:
+    """The rank's Flight Recorder dumps written since it started that are its own to read."""
+    uid = _rank_uid(rank)
+    return [p for p in _fr_candidates(rank) if not _lrefusal(p, uid)]
+
+
+def _lrefusal(path: str, uid: int | None) -> str:
+    try:
+        return _file_refusal(os.lstat(path), uid, path)
+    except OSError as exc:
+        return exc.strerror or str(exc)
 
 
 def _wants_fr(rank: Rank) -> bool:
@@ -337,8 +489,12 @@ def _fr_round(ranks: list[Rank], round_: dict, asked: float) -> None:
             if fresh:
                 pending.remove(r)
                 seen = round_["ranks"].get(r.rank)
-                if seen is not None:
-                    seen["fr"] = fr_position(max(fresh, key=_mtime))
+                fd, _ = _open_checked(max(fresh, key=_mtime), _rank_uid(r)) if seen is not None else (None, "")
+                if fd is not None:
+                    try:  # the file checked and opened, whatever its name points to now
+                        seen["fr"] = fr_position(f"/proc/self/fd/{fd}")
+                    finally:
+                        os.close(fd)
         if not pending or time.time() >= deadline:
             break
         time.sleep(0.1)
@@ -390,11 +546,12 @@ def _boot_time() -> float:
 
 
 def _nccl_files(rank: Rank, host: str) -> list[str]:
+    """The rank's NCCL_DEBUG_FILE where something is there by that name (unchecked)."""
     pattern = rank.proc.env.get("NCCL_DEBUG_FILE")
     if not pattern:
         return []
     path = pattern.replace("%h", host).replace("%p", str(rank.proc.pid))
-    return [path] if os.path.isfile(path) else []
+    return [path] if os.path.lexists(path) else []
 
 
 DMESG_MARGIN_S = 60.0
@@ -648,17 +805,22 @@ def _collect_files(ranks: list[Rank], out: str, host: str, manifest: dict) -> No
     while wants_fr and time.time() < deadline and not all(_fr_files(r) for r in wants_fr):
         time.sleep(0.2)
     for r in ranks:
+        uid = _rank_uid(r)
+        found = []  # (what the manifest calls it, the path opened, where it goes, bytes kept, via /proc)
         for fd, name in ((1, "stdout"), (2, "stderr")):
             src = _fd_file(r.proc.pid, fd)
-            if src and _copy_tail(src, os.path.join(out, f"rank{r.rank}.{name}.log")):
-                r.files.append(f"rank{r.rank}.{name}.log")
-        for src in _fr_files(r):
-            dst = os.path.join(out, "fr", os.path.basename(src))
-            if _copy_tail(src, dst, 1 << 30):
-                r.files.append(os.path.join("fr", os.path.basename(src)))
-        for src in _nccl_files(r, host):
-            if _copy_tail(src, os.path.join(out, "nccl", os.path.basename(src))):
-                r.files.append(os.path.join("nccl", os.path.basename(src)))
+            if src:  # the rank's open file itself, not whatever its name points to now
+                found.append((src, f"/proc/{r.proc.pid}/fd/{fd}", f"rank{r.rank}.{name}.log", LOG_TAIL, True))
+        found += [(src, src, os.path.join("fr", os.path.basename(src)), 1 << 30, False)
+                  for src in _fr_candidates(r)]
+        found += [(src, src, os.path.join("nccl", os.path.basename(src)), LOG_TAIL, False)
+                  for src in _nccl_files(r, host)]
+        for shown, src, dst, limit, via_proc in found:
+            copied, why = _copy_checked(src, os.path.join(out, dst), uid, limit, via_proc)
+            if copied:
+                r.files.append(dst)
+            elif why:
+                r.errors.append(f"skipped {shown}: {why}")
     try:
         dmesg = subprocess.run(["dmesg"], capture_output=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired):
