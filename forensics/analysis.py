@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field, replace
 
-from . import confidence, explain
+from . import clock, confidence, explain, stackclasses
 from .graph import GraphAnalysis, analyze_graph, build_graph
-from .model import EXITED, UNKNOWN, Confidence, Finding, Incident
+from .model import EXITED, UNKNOWN, Confidence, Event, Evidence, Finding, Incident
+from .postmortem import decisive, first_causes
 from .ruledocs import catalogue
 from .ranking import VERDICT_OF_KIND, VERDICT_ORDER, link_symptoms, rank_findings
 
@@ -20,6 +22,69 @@ class RootCause:
     ranks: tuple[int, ...]
     narrative: dict[str, str]  # lang → text
     finding: Finding | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TimelineEntry:
+    """One decisive event as every report lists it: `what` says it once (an
+    exit's code is not repeated by the reason that starts with it)."""
+
+    event: Event
+    first: bool  # (one of) the first failure(s) by time
+    what: str
+    also: tuple = ()  # further lines that state the same event (Evidence)
+
+    @property
+    def cites(self) -> str:
+        return ", ".join(e.cite() for e in (self.event.evidence, *self.also))
+
+
+@dataclass(frozen=True, slots=True)
+class RankNote:
+    """What a per-rank table adds to the rank's state: the last line its
+    logs hold, and when it last completed a call (a wall time as its line
+    states it), where an artifact says."""
+
+    last_line: Evidence | None = None
+    last_progress: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Provenance:
+    """Which run wrote the report, for a ticket. With SOURCE_DATE_EPOCH set
+    the time is that one and the host is left out: the same inputs then give
+    the same bytes (reproducible-builds.org's convention)."""
+
+    version: str
+    generated: float
+    inputs: tuple[str, ...]
+    host: str = ""
+
+    @classmethod
+    def now(cls, incident: Incident) -> "Provenance":
+        import socket
+        import time
+
+        from . import __version__
+
+        fixed = os.environ.get("SOURCE_DATE_EPOCH", "").strip()
+        if fixed.isdigit():
+            return cls(__version__, float(fixed), input_paths(incident))
+        return cls(__version__, time.time(), input_paths(incident), socket.gethostname())
+
+
+def input_paths(incident: Incident) -> tuple[str, ...]:
+    """The paths the user gave, in order: each artifact's path less the part
+    shown relative to its folder (a file given alone is its own path)."""
+    found: dict[str, None] = {}
+    for artifact in incident.artifacts:
+        path, shown = artifact.path, artifact.display
+        root = path[:-len(shown)].rstrip("/" + os.sep) if shown != path and path.endswith(shown) else path
+        found.setdefault(root or ".")
+    return tuple(found)
+
+
+TIMELINE_KEPT = 40  # decisive events kept (the HTML report's lanes); the text report shows fewer
 
 
 @dataclass(slots=True)
@@ -38,6 +103,31 @@ class Report:
     # only by host, pid or address.
     culprits: list = field(default_factory=list)
     confidence: Confidence | None = None
+    # What every renderer shows, computed once here (renderers only format):
+    # the main threads' stacks as one prefix tree, the decisive events on one
+    # clock, each rank's last log line and progress, who wrote the report.
+    stack_tree: stackclasses.StackNode | None = None
+    timeline: list = field(default_factory=list)  # TimelineEntry, oldest first
+    first_failures: list = field(default_factory=list)  # the Events nothing surely precedes
+    dump_groups: list = field(default_factory=list)  # unattributed dumps by where they are: [(judged, [dumps])]
+    notes: dict = field(default_factory=dict)  # rank → RankNote
+    provenance: Provenance | None = None
+
+    def decisive(self, limit: int) -> list[TimelineEntry]:
+        """At most `limit` of the timeline's entries: the first failures
+        always, then the others oldest first."""
+        if len(self.timeline) <= limit:
+            return list(self.timeline)
+        firsts = sum(1 for entry in self.timeline if entry.first)
+        others = max(0, limit - firsts)
+        kept = []
+        for entry in self.timeline:
+            if entry.first:
+                kept.append(entry)
+            elif others:
+                kept.append(entry)
+                others -= 1
+        return kept
 
     @property
     def named_processes(self) -> list:
@@ -88,8 +178,68 @@ def analyze_incident(incident: Incident, plugins) -> Report:
     report.culprits = confidence.culprit_processes(findings, verdict, incident, VERDICT_OF_KIND)
     report.confidence = confidence.assess(report, VERDICT_OF_KIND)
     _merge_plugin_diagnostics(report, plugins)
+    report.stack_tree = stackclasses.build(incident)
+    report.timeline = timeline_of(incident)
+    report.first_failures = first_causes(incident)
+    report.dump_groups = stackclasses.group_dumps(incident.unattributed) if incident.unattributed else []
+    report.notes = rank_notes(incident)
+    report.provenance = Provenance.now(incident)
     root.narrative = {lang: explain.narrative(report, lang) for lang in explain.LANGS}
     return report
+
+
+def timeline_of(incident: Incident) -> list[TimelineEntry]:
+    """The decisive events, one entry per thing that happened: lines that
+    state the same event of the same process at the same time are one entry
+    citing them all."""
+    from .postmortem import decisive
+
+    entries: dict[tuple, TimelineEntry] = {}
+    for event, first in decisive(incident, TIMELINE_KEPT):
+        what = _what(event)
+        key = (event.time, event.clock, event.rank, event.host, event.role, what)
+        known = entries.get(key)
+        entries[key] = TimelineEntry(event, first, what) if known is None else \
+            replace(known, first=known.first or first, also=known.also + (event.evidence,))
+    return list(entries.values())
+
+
+def _what(event: Event) -> str:
+    """`exit code -15 (SIGTERM): stopped by its launcher …`, said once: an
+    exit's detail is `how it ended: why`, and the why may start with the how."""
+    if event.kind != "exit":
+        return f"{event.kind} ({event.detail})" if event.detail else event.kind
+    how, sep, why = event.detail.partition(": ")
+    return why if sep and why.startswith(how) else event.detail
+
+
+def rank_notes(incident: Incident) -> dict[int, RankNote]:
+    """Each rank's last log line and the time of its last completed call, for
+    the ranks any artifact says something of."""
+    notes = {}
+    for rank, state in incident.ranks.items():
+        last = next((e for e in reversed(state.log_events) if not _FRAME.fullmatch(e.text)), None)
+        progress = _last_progress(state)
+        if last is not None or progress is not None:
+            notes[rank] = RankNote(last, progress)
+    return notes
+
+
+def _last_progress(state) -> float | None:
+    """The wall time of the line that shows the rank's last completed call:
+    its last completed call in the history, or its group counters' line."""
+    lines = [op.evidence for op in _last_completed(state.history) if op.evidence is not None]
+    lines += [p.evidence for p in state.progress.values() if p.evidence is not None and p.completed is not None]
+    times = [found[0] for found in map(clock.stamp, (e.text for e in lines))
+             if found is not None and found[1].startswith("wall")]
+    return max(times, default=None)
+
+
+def _last_completed(history) -> list:
+    for op in reversed(history):
+        if op.state == "completed":
+            return [op]
+    return []
 
 
 STATED = "stated-"  # rules/stated_cause.py: causes read from what a message says

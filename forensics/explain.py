@@ -8,9 +8,12 @@ do next. Deterministic: the same report gives the same words.
 from __future__ import annotations
 
 import heapq
+import re
+from dataclasses import replace
 
 from . import confidence, topology
 from .model import path_label
+from .once import Said
 from .rules._semantics import describe_op
 from .ranges import compact
 
@@ -119,12 +122,15 @@ MAX_PLACES = 4
 _WHO = {"deadlock": "on_cycle", "collective_mismatch": "odd_one", "network_fault": "first_error"}
 
 _LABELS = {
-    "en": {"evidence": "Evidence", "next": "Next", "decided": "Judged stuck because",
+    "en": {"rank": "rank", "exited": "exited", "sep": "; ", "end": ".", "stuck_join": "; ",
+           "places": " {places}.", "rank_in": "rank {ranks} in {place}", "ranks_in": "ranks {ranks} in {place}",
+           "group_unknown": " on an unknown group",
+           "evidence": "Evidence", "next": "Next", "decided": "Judged stuck because",
            "where": "Where they are", "on_cycle": "On the cycle", "awaited": "Who everyone waits for",
            "odd_one": "The rank(s) calling something else", "first_error": "Whose error came first",
            "positions": "What is stuck", "cause": "Cause", "detail": "Why rank {ranks} is there",
            "knock_on": "Knock-on effects (consequences, not causes)",
-           "more": "… and {n} more", "none": "(no file evidence)",
+           "more": "… and {n} more", "none": "(no file evidence)", "see_above": "see above",
            "healthy": "No hang found: {n} rank(s) examined, none is blocked in a way that cannot resolve.",
            "healthy_wait": " {w} rank(s) are waiting on ranks that are still working, which is normal "
                            "progress in a single snapshot; rerun with --hung if the job is stuck.",
@@ -140,12 +146,15 @@ _LABELS = {
            "all_joined": " {b} rank(s) are inside communication calls that every member has joined, yet "
                          "the job is stuck: suspect the transport (network fault) and collect "
                          "NCCL_DEBUG=INFO logs or Flight Recorder dumps."},
-    "zh": {"evidence": "证据", "next": "下一步", "decided": "判定为卡住的依据",
+    "zh": {"rank": "Rank", "exited": "已退出", "sep": "；", "end": "。", "stuck_join": "；",
+           "places": "{places}。", "rank_in": "Rank {ranks} 在 {place}", "ranks_in": "Rank {ranks} 在 {place}",
+           "group_unknown": "（通信组未知）",
+           "evidence": "证据", "next": "下一步", "decided": "判定为卡住的依据",
            "where": "各自所在位置", "on_cycle": "环上的 Rank", "awaited": "所有人在等待谁",
            "odd_one": "调用与众不同的 Rank", "first_error": "最早出错的 Rank",
            "positions": "卡在哪里", "cause": "原因类别", "detail": "Rank {ranks} 为何在那里",
            "knock_on": "连锁反应（是结果，不是原因）",
-           "more": "……另有 {n} 条", "none": "（无文件证据）",
+           "more": "……另有 {n} 条", "none": "（无文件证据）", "see_above": "见上文",
            "healthy": "未发现挂起：检查了 {n} 个 Rank，没有 Rank 处于无法解除的阻塞中。",
            "healthy_wait": "其中 {w} 个 Rank 正在等待仍在工作的 Rank，单个快照中这属于正常推进；若作业确实卡住，请加 --hung 重新分析。",
            "inconclusive": "无法判定：产物中没有任何 Rank 在等待其他 Rank，无法解释挂起。",
@@ -161,54 +170,121 @@ _LABELS = {
 
 
 def narrative(report, lang: str = "en") -> str:
-    zh = lang == "zh"
-    labels = _LABELS["zh" if zh else "en"]
-    lead = report.root_cause.finding
-    n_ranks = len(report.incident.ranks)
-    if lead is None:
-        if report.verdict == "inconclusive":
-            text = labels["inconclusive_empty"] if not n_ranks else labels["inconclusive"]
-            blocked = sum(1 for s in report.incident.ranks.values() if s.is_blocked)
-            blind = confidence.unknown_group_ranks(report.incident)
-            if blind:
-                text += labels["unknown_groups"].format(ranks=compact(blind), n=len(blind))
-            elif blocked:
-                text += labels["all_joined"].format(b=blocked)
-            return text + _would_decide(report, labels, zh)
-        text = labels["healthy"].format(n=n_ranks)
-        waiting = len(report.analysis.waiting)
-        if waiting and not report.incident.stuck:
-            text += labels["healthy_wait"].format(w=waiting)
+    """The note, section by section; each section returns its lines (none
+    when it has nothing to say), in the words of `lang`'s table."""
+    story = _Story(report, "zh" if lang == "zh" else "en")
+    if story.lead is None:
+        return _undecided(story)
+    sections = (_headline, _what_is_stuck, _who_section, _lead_message, _why_it_hangs, _cause, _details,
+                _ring_links, _decided, _knock_ons, _evidence, _next)
+    lines = []
+    for section in sections:
+        for line in section(story):
+            story.said.add(line)
+            lines.append(line)
+    return "\n".join(lines)
+
+
+class _Story:
+    """What every section reads: the report, its language and words, and what
+    the sections say about ranks, so no section says it twice."""
+
+    def __init__(self, report, lang: str):
+        self.report, self.lang, self.zh = report, lang, lang == "zh"
+        self.labels = _LABELS[lang]
+        self.lead = report.root_cause.finding
+        self.incident = report.incident
+        # The culprits whose whereabouts "Who" lists, each with its state's why.
+        self.described = described_ranks(report)
+        self.said = Said()  # the sentences of the sections so far
+
+    def once(self, text: str) -> str:
+        """`text` less the sentences said before (a catalogue explanation is
+        both a finding's message and a stuck signal's detail)."""
+        text = self.said.unsaid(text, self.labels["see_above"])
+        self.said.add(text)
         return text
 
+    def pick(self, pair: tuple[str, str]) -> str:
+        return pair[1 if self.zh else 0]
+
+    def message(self, finding) -> str:
+        return finding.message_zh if self.zh and finding.message_zh else finding.message
+
+
+def described_ranks(report) -> list[int]:
+    """The culprits whose place the narrative's "Who" lines describe."""
+    return [r for r in report.culprit_ranks if r in report.incident.ranks][:MAX_PLACES]
+
+
+def told(report) -> frozenset[int]:
+    """The findings (by id) whose message the narrative already tells: the
+    lead, every detail of a finding, the knock-ons it lists. A report quoting
+    the narrative need not repeat them."""
+    lead = report.root_cause.finding
+    if lead is None:
+        return frozenset()
+    knock_on = [f for f in report.findings if f.symptom_of][:MAX_PLACES]
+    return frozenset(id(f) for f in [lead, *[f for f in report.findings if f.detail_of], *knock_on])
+
+
+def _undecided(story: _Story) -> str:
+    report, labels = story.report, story.labels
+    n_ranks = len(report.incident.ranks)
+    if report.verdict == "inconclusive":
+        text = labels["inconclusive_empty"] if not n_ranks else labels["inconclusive"]
+        blocked = sum(1 for s in report.incident.ranks.values() if s.is_blocked)
+        blind = confidence.unknown_group_ranks(report.incident)
+        if blind:
+            text += labels["unknown_groups"].format(ranks=compact(blind), n=len(blind))
+        elif blocked:
+            text += labels["all_joined"].format(b=blocked)
+        return text + _would_decide(report, labels, story.zh)
+    text = labels["healthy"].format(n=n_ranks)
+    waiting = len(report.analysis.waiting)
+    if waiting and not report.incident.stuck:
+        text += labels["healthy_wait"].format(w=waiting)
+    return text
+
+
+def _headline(story: _Story) -> list[str]:
+    report, lead = story.report, story.lead
     cycle = report.cycles[0] if report.cycles else []
-    headline = (_STATED_HEADLINE.get(lead.rule) or _HEADLINE.get(lead.kind)
-                or _HEADLINE.get(report.verdict, ("{ranks}", "{ranks}")))[1 if zh else 0]
-    lines = [headline.format(ranks=compact(report.culprit_ranks), who=_who(report, zh), cycle=path_label(cycle))]
-    incident = report.incident
-    # What is stuck: where the stuck (or, waiting on a rank that is elsewhere, the waiting) ranks are.
+    headline = story.pick(_STATED_HEADLINE.get(lead.rule) or _HEADLINE.get(lead.kind)
+                          or _HEADLINE.get(report.verdict, ("{ranks}", "{ranks}")))
+    return [headline.format(ranks=compact(report.culprit_ranks), who=_who(report, story.zh), cycle=path_label(cycle))]
+
+
+def _what_is_stuck(story: _Story) -> list[str]:
+    """Where the stuck (or, waiting on a rank that is elsewhere, the waiting) ranks are."""
+    report, labels = story.report, story.labels
+    n_ranks = len(report.incident.ranks)
     culprit_set = set(report.culprit_ranks)
     stuck_ranks = sorted(n for n in report.analysis.stuck if isinstance(n, int))
     waiting = sorted(n for n in report.analysis.waiting if isinstance(n, int) and n not in culprit_set)
-    if stuck_ranks or waiting:
-        if stuck_ranks:
-            text = labels["stuck"].format(s=len(stuck_ranks), n=n_ranks)
-            shown = stuck_ranks if report.verdict == "deadlock" else [r for r in stuck_ranks
-                                                                      if r not in culprit_set]
-        else:
-            text = labels["waiting"].format(w=len(waiting), n=n_ranks)
-            shown = waiting
-        places = _places(incident, shown, zh)
-        if places:
-            text += ("；".join(places) + "。") if zh else (" " + "; ".join(places) + ".")
-        lines.append(f"{labels['positions']}: {text}")
-    # Who: the culprits, each with where its own code is and the file that shows it.
+    if not stuck_ranks and not waiting:
+        return []
+    if stuck_ranks:
+        text = labels["stuck"].format(s=len(stuck_ranks), n=n_ranks)
+        shown = stuck_ranks if report.verdict == "deadlock" else [r for r in stuck_ranks if r not in culprit_set]
+    else:
+        text = labels["waiting"].format(w=len(waiting), n=n_ranks)
+        shown = waiting
+    places = _places(story.incident, shown, labels)
+    if places:
+        text += labels["places"].format(places=labels["sep"].join(places))
+    return [f"{labels['positions']}: {text}"]
+
+
+def _who_section(story: _Story) -> list[str]:
+    """The culprits, each with where its own code is and the file that shows it."""
+    report, labels, incident = story.report, story.labels, story.incident
     title = labels[_WHO.get(report.verdict, "awaited")]
     culprits = [r for r in report.culprit_ranks if r in incident.ranks]
+    lines = []
     if culprits:
         lines.append(f"{title}:")
-        for rank in culprits[:MAX_PLACES]:
-            lines.append("  - " + _whereabouts(incident.ranks[rank], zh, incident.groups))
+        lines += ["  - " + _whereabouts(incident.ranks[rank], labels, incident.groups) for rank in story.described]
         if len(culprits) > MAX_PLACES:
             lines.append("  " + labels["more"].format(n=len(culprits) - MAX_PLACES))
     elsewhere = [c for c in report.culprits if c.rank is None or c.rank not in incident.ranks]
@@ -216,46 +292,132 @@ def narrative(report, lang: str = "en") -> str:
         if not culprits:
             lines.append(f"{title}:")
         lines.extend(f"  - {c.label()}" for c in elsewhere[:MAX_PLACES])
-    # Why: the chain the lead rule found, what makes it hang, which cause it is.
-    lines.append(lead.message_zh if zh and lead.message_zh else lead.message)
-    why = None if lead.rule in _STATED_SKIPS_WHY else _WHY.get(lead.kind)
-    if why:
-        lines.append(why[1 if zh else 0])
-    cause = None if lead.rule in _STATED_SKIPS_WHY else _CAUSE.get(lead.kind)
-    if cause:
-        lines.append(f"{labels['cause']}: {cause[1 if zh else 0]}")
-    for finding in report.findings:
-        if finding.detail_of:
-            message = finding.message_zh if zh and finding.message_zh else finding.message
-            lines.append(labels["detail"].format(ranks=compact(finding.ranks)) + f": {message}"
-                         + _cites(finding.evidence))
-    if report.verdict in RING_VERDICTS:  # the links a stalled rank sits on, from NCCL's rings
-        for rank in report.culprit_ranks[:3]:
-            lines.extend(topology.describe(link, zh)
-                         for link in topology.ring_links(incident, rank)[:topology.MAX_GROUPS])
-    if report.decided_by:
-        reasons = "; ".join(_signal_text(s, zh) for s in report.decided_by[:3])
-        lines.append(f"{labels['decided']}: {reasons}{'。' if zh else '.'}")
-    knock_on = [f for f in report.findings if f.symptom_of]
-    if knock_on:
-        lines.append(f"{labels['knock_on']}:")
-        for finding in knock_on[:MAX_PLACES]:
-            message = finding.message_zh if zh and finding.message_zh else finding.message
-            lines.append(f"  - {finding.rule}: {_clip(message)}" + _cites(finding.evidence))
-        if len(knock_on) > MAX_PLACES:
-            lines.append("  " + labels["more"].format(n=len(knock_on) - MAX_PLACES))
-    lines.append(f"{labels['evidence']}:")
-    if lead.evidence:
-        for item in lead.evidence[:MAX_EVIDENCE]:
-            lines.append(f"  - {item.cite()}: {_clip(item.text)}")
-        if len(lead.evidence) > MAX_EVIDENCE:
-            lines.append("  " + labels["more"].format(n=len(lead.evidence) - MAX_EVIDENCE))
-    else:
-        lines.append("  " + labels["none"])
-    hint = lead.hint_zh if zh and lead.hint_zh else lead.hint
-    if hint:
-        lines.append(f"{labels['next']}: {hint}")
-    return "\n".join(lines)
+    return lines
+
+
+def _lead_message(story: _Story) -> list[str]:
+    """The chain the lead rule found, less what other sections say: the
+    places "Who" lists, and the stuck evidence "Judged stuck because" cites."""
+    message = story.message(story.lead)
+    if story.report.decided_by:
+        message = _drop_sentence_holding(message, story.labels["stuck_join"].join(
+            (s.detail_zh or s.detail) if story.zh else s.detail for s in story.report.decided_by[:3]))
+    listed = {r for r in story.report.culprit_ranks if r in story.incident.ranks}
+    return [without_described(message, story.incident, listed)]
+
+
+def _why_it_hangs(story: _Story) -> list[str]:
+    why = None if story.lead.rule in _STATED_SKIPS_WHY else _WHY.get(story.lead.kind)
+    return [story.pick(why)] if why else []
+
+
+def _cause(story: _Story) -> list[str]:
+    cause = None if story.lead.rule in _STATED_SKIPS_WHY else _CAUSE.get(story.lead.kind)
+    return [f"{story.labels['cause']}: {story.pick(cause)}"] if cause else []
+
+
+def _details(story: _Story) -> list[str]:
+    return [story.labels["detail"].format(ranks=compact(f.ranks)) + f": {story.once(story.message(f))}"
+            + _cites(f.evidence, story.message(f)) for f in story.report.findings if f.detail_of]
+
+
+def _ring_links(story: _Story) -> list[str]:
+    """The links a stalled rank sits on, from NCCL's rings."""
+    if story.report.verdict not in RING_VERDICTS:
+        return []
+    return [topology.describe(link, story.zh) for rank in story.report.culprit_ranks[:3]
+            for link in topology.ring_links(story.incident, rank)[:topology.MAX_GROUPS]]
+
+
+def _decided(story: _Story) -> list[str]:
+    signals = story.report.decided_by
+    if not signals:
+        return []
+    # The same statement in several files is one reason citing them all.
+    same: dict[str, list] = {}
+    for signal in signals[:3]:
+        same.setdefault(signal.detail_zh if story.zh and signal.detail_zh else signal.detail, []).append(signal)
+    reasons = "; ".join(_signal_text(detail, [s.evidence for s in group if s.evidence], story)
+                        for detail, group in same.items())
+    return [f"{story.labels['decided']}: {reasons}{story.labels['end']}"]
+
+
+def _knock_ons(story: _Story) -> list[str]:
+    knock_on = [f for f in story.report.findings if f.symptom_of]
+    if not knock_on:
+        return []
+    labels = story.labels
+    lines = [f"{labels['knock_on']}:"]
+    for finding in knock_on[:MAX_PLACES]:
+        message = story.message(finding)
+        lines.append(f"  - {finding.rule}: {_clip(story.once(message))}" + _cites(finding.evidence, message))
+    if len(knock_on) > MAX_PLACES:
+        lines.append("  " + labels["more"].format(n=len(knock_on) - MAX_PLACES))
+    return lines
+
+
+def _evidence(story: _Story) -> list[str]:
+    lead, labels = story.lead, story.labels
+    lines = [f"{labels['evidence']}:"]
+    if not lead.evidence:
+        return lines + ["  " + labels["none"]]
+    cited = list({item.cite(): item for item in lead.evidence}.values())  # a line cited twice is shown once
+    lines += [f"  - {item.cite()}: {_clip(item.text)}" for item in cited[:MAX_EVIDENCE]]
+    if len(cited) > MAX_EVIDENCE:
+        lines.append("  " + labels["more"].format(n=len(cited) - MAX_EVIDENCE))
+    return lines
+
+
+def _next(story: _Story) -> list[str]:
+    hint = story.lead.hint_zh if story.zh and story.lead.hint_zh else story.lead.hint
+    return [f"{story.labels['next']}: {hint}"] if hint else []
+
+
+_OPEN, _CLOSE = "(（", ")）"
+
+
+def _groups(text: str):
+    """(start, end) of each top-level parenthesis of `text`, ASCII or full width."""
+    depth, start = 0, 0
+    for at, char in enumerate(text):
+        if char in _OPEN:
+            if depth == 0:
+                start = at
+            depth += 1
+        elif char in _CLOSE and depth:
+            depth -= 1
+            if depth == 0:
+                yield start, at + 1
+
+
+_DESCRIBED = re.compile(r"(?:^|, )rank (\d+): ")
+
+
+def without_described(message: str, incident, listed: set[int]) -> str:
+    """The message without a parenthesis that only describes, as `rank N:
+    <its state>…`, ranks the "Who" lines list already."""
+    for start, end in reversed(list(_groups(message))):
+        inner = message[start + 1:end - 1]
+        found = [(int(m.group(1)), m.end()) for m in _DESCRIBED.finditer(inner)]
+        if not inner.startswith("rank ") or not found or not {r for r, _ in found} <= listed:
+            continue
+        if all(inner.startswith(incident.ranks[r].activity, at) for r, at in found):
+            cut = start - 1 if start and message[start - 1] == " " else start
+            message = message[:cut] + message[end:]
+    return message
+
+
+def _drop_sentence_holding(message: str, part: str) -> str:
+    """The message without the sentence that holds `part` whole."""
+    at = message.find(part) if len(part) > 8 else -1
+    if at < 0:
+        return message
+    start = max(message.rfind(". ", 0, at) + 1, message.rfind("。", 0, at) + 1, 0)
+    after = at + len(part)
+    stops = [i for i in (message.find(". ", after), message.find("。", after)) if i >= 0]
+    stop = min(stops) if stops else len(message) - 1
+    kept = (message[:start] + message[stop + 1:]).rstrip()
+    return kept if kept.strip() else message
 
 
 def _who(report, zh: bool) -> str:
@@ -275,7 +437,7 @@ def _would_decide(report, labels, zh: bool) -> str:
     return "\n" + labels["decide"] + ":\n" + "\n".join(f"  - {item}" for item in wanted)
 
 
-def _places(incident, ranks: list[int], zh: bool) -> list[str]:
+def _places(incident, ranks: list[int], labels: dict) -> list[str]:
     """'ranks 0,1,3 in all_reduce group 0 seq 4', grouped, largest first.
     Only the places shown are described: a 100,000-rank ring has as many
     places as ranks (each sends to its own peer)."""
@@ -285,42 +447,47 @@ def _places(incident, ranks: list[int], zh: bool) -> list[str]:
         if state is None:
             continue
         op = state.current_op
-        key = (op.op, op.group, op.seq, op.peers) if state.is_blocked else (state.activity,)
+        key = (op.op, op.group, op.seq, op.peers, op.group_known) if state.is_blocked else (state.activity,)
         groups.setdefault(key, []).append(rank)
     shown = heapq.nsmallest(MAX_PLACES, groups.items(), key=lambda item: (-len(item[1]), item[1][0]))
-    ordered = []
+    out = []
     for key, members in shown:
-        place = key[0] if len(key) == 1 else describe_op(incident.ranks[members[0]].current_op, incident.groups)
-        ordered.append((place, members))
-    if zh:
-        out = [f"Rank {compact(members)} 在 {place}" for place, members in ordered]
-    else:
-        out = [f"rank{'s' if len(members) > 1 else ''} {compact(members)} in {place}"
-               for place, members in ordered]
+        place = key[0] if len(key) == 1 else op_text(incident.ranks[members[0]].current_op, incident.groups, labels)
+        out.append(labels["ranks_in" if len(members) > 1 else "rank_in"].format(ranks=compact(members), place=place))
     if len(groups) > MAX_PLACES:
         out.append("…")
     return out
 
 
-def _whereabouts(state, zh: bool, groups=None) -> str:
+def op_text(op, groups, labels: dict) -> str:
+    """The call in words: `send to 1 group 0 seq 4`; a call whose group no
+    artifact names says so (a stack dump shows the call, not its group)."""
+    if op is not None and not op.group_known:
+        return describe_op(replace(op, group="", group_known=True), groups) + labels["group_unknown"]
+    return describe_op(op, groups)
+
+
+def _whereabouts(state, labels: dict, groups=None) -> str:
     """'rank 2: data_loading — Condition.wait (threading.py:327) ← load_next_batch (train.py:190) [rank2.locals.txt:5]'."""
     op = state.current_op
     if state.is_dead:
-        what = "已退出" if zh else "exited"
+        what = labels["exited"]
     elif op is not None and state.is_blocked:
-        what = describe_op(op, groups)
+        what = op_text(op, groups, labels)
     else:
         what = state.activity
-    text = f"{'Rank' if zh else 'rank'} {state.rank}: {what}"
+    text = f"{labels['rank']} {state.rank}: {what}"
     if state.why:
         text += f" — {_clip(state.why, 160)}"
-    if state.evidence is not None:
+    if state.evidence is not None and state.evidence.cite() not in state.why:
         text += f" [{state.evidence.cite()}]"
     return text
 
 
-def _cites(evidence) -> str:
-    return f" [{', '.join(e.cite() for e in evidence[:2])}]" if evidence else ""
+def _cites(evidence, said: str = "") -> str:
+    """` [a.log:3, b.log:9]`: the first two citations, less those `said` already holds."""
+    cites = [e.cite() for e in evidence[:2] if e.cite() not in said]
+    return f" [{', '.join(cites)}]" if cites else ""
 
 
 def _clip(text: str, width: int = 200) -> str:
@@ -329,6 +496,15 @@ def _clip(text: str, width: int = 200) -> str:
     return text if len(text) <= width else text[:width - 1] + "…"
 
 
-def _signal_text(signal, zh: bool) -> str:
-    where = f" ({signal.evidence.cite()})" if signal.evidence else ""
-    return f"{signal.detail_zh if zh and signal.detail_zh else signal.detail}{where}"
+def _signal_text(detail: str, evidence: list, story: _Story) -> str:
+    """A stuck signal and its citations; a detail ending in a parenthesis
+    takes them inside it (`(c10d-nccl-watchdog-timeout, train.log:31)`)."""
+    detail = story.once(detail)
+    if not evidence:
+        return detail
+    cite = ", ".join(dict.fromkeys(e.cite() for e in evidence))
+    if detail.endswith(")"):
+        return f"{detail[:-1]}, {cite})"
+    if detail.endswith("）"):
+        return f"{detail[:-1]}，{cite}）"
+    return f"{detail} ({cite})"

@@ -152,9 +152,12 @@ def test_markdown_has_the_graph_table_and_findings(p2p):
     assert out.startswith("## forensics verdict: DEADLOCK")
     assert "```mermaid\ngraph LR\n" in out
     assert "| **0** | blocked | send | 0 | - | 1 |" in out
-    assert "- \\[error\\] p2p-circular-wait (P2P circular wait): Circular wait" in out
+    # The narrative tells the lead finding; the findings list names it and points back.
+    assert "Circular wait 0 → 1 → 0: rank 0 (send to 1) waits for 1" in out
+    assert "- \\[error\\] p2p-circular-wait (P2P circular wait): see above (rank 0,1)" in out
     # same order as the text report
-    order = [out.index(s) for s in ("cycle:", "Wait-for graph", "Ranks (2)", "Why:", "Stack classes", "Findings:")]
+    order = [out.index(s) for s in ("cycle:", "Timeline", "Wait-for graph", "Ranks (2)", "Stack classes",
+                                    "Findings:")]
     assert order == sorted(order)
 
 

@@ -69,30 +69,28 @@ def to_dict(report, lang: str = "en") -> dict:
             "narratives": dict(root.narrative),
         },
         "events": [e.to_json() for e in report.incident.events[:MAX_EVENTS]],
-        "timeline": _timeline(report.incident),
+        "timeline": _timeline(report),
         "decided_by": [{"kind": s.kind, "detail": s.detail,
                         "evidence": s.evidence.to_json() if s.evidence else None}
                        for s in report.decided_by],
         "findings": [_finding(f, report.rules.get(f.rule), lang) for f in report.findings],
         "ranks": ranks,
-        "stack_classes": stackclasses.to_json(stackclasses.build(report.incident)),
+        "stack_classes": stackclasses.to_json(report.stack_tree) if report.stack_tree is not None else [],
         "unattributed": [{"dumps": [{"path": d.path, "pid": d.pid, "source": d.source} for d in dumps],
                           "state": c.activity, "op": c.op or None, "why": c.why}
-                         for c, dumps in stackclasses.group_dumps(report.incident.unattributed)],
+                         for c, dumps in report.dump_groups],
         "read": [{"path": r.path, "kind": r.kind, "lines": r.lines, "unrecognized": r.unrecognized}
                  for r in report.incident.read],
         "diagnostics": [d.to_json() for d in report.diagnostics],
     }
 
 
-def _timeline(incident) -> dict:
+def _timeline(report) -> dict:
     """The clock the events share: the bound on host skew left, and the
     first failure(s) by time (indices into `events`)."""
-    from ..postmortem import first_causes
-
-    shown = incident.events[:MAX_EVENTS]
-    return {"skew_s": incident.skew_s,
-            "first_failure": [shown.index(e) for e in first_causes(incident) if e in shown]}
+    shown = report.incident.events[:MAX_EVENTS]
+    return {"skew_s": report.incident.skew_s,
+            "first_failure": [shown.index(e) for e in report.first_failures if e in shown]}
 
 
 def _finding(finding, doc, lang: str) -> dict:

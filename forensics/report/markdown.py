@@ -55,7 +55,8 @@ def render(report, lang: str = "en") -> str:
 
     for item in items:
         if isinstance(item, text.Table):
-            if not graph_done:
+            flush_stack()
+            if not graph_done and item.kind == "ranks":
                 out.extend(_graph(report, zh))
                 graph_done = True
             out.extend(_table(item))

@@ -5,26 +5,73 @@ wrapped by rich on a terminal. Both are drawn from the same styled lines
 from __future__ import annotations
 
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 
-from .. import stackclasses
+from .. import explain, stackclasses
 from ..model import node_label, path_label
 from ..ranges import compact
+from ..once import Said
 from .safe_text import neutralize
 
 PER_RANK_LIMIT = 32
+DECISIVE = 12  # timeline entries shown
 DIAGNOSTICS_SHOWN = 10
 WAITS_SHOWN = 64
 _FROM_END = re.compile(r"\S:-\d")  # a citation `path:-N` (tail mode)
 
-NEGATIVE_LINES_NOTE = {
-    "zh": "行号为负数表示从文件末尾倒数（-1 是最后一行，`tail -n N 文件 | head -n 1` 显示第 -N 行）："
-          "大日志只读取开头和结尾，中间部分不计行数。",
-    "en": "Negative line numbers count back from the end of the file (-1 is the last line; "
-          "`tail -n N FILE | head -n 1` shows line -N): big logs are read from the tail, and the "
-          "lines of the middle are not counted.",
+# The report's own words, by language; everything else comes from the Report.
+WORDS = {
+    "en": {
+        "verdict": "forensics verdict: {verdict}   culprit ranks: {culprits}", "cycle": "cycle: ",
+        "processes": "culprit processes: ", "confidence": "confidence: ",
+        "timeline": "Timeline (decisive events, one clock{skew}):", "skew": "; hosts' clocks agree within {s} s",
+        "first": "  ◀ first failure", "timeline_header": ("time", "who", "role", "what", "evidence"),
+        "ranks": "Ranks ({n}):", "ranks_grouped": "Ranks ({n}, grouped by state):",
+        "more_classes": "… {more} more", "why": "Why:",
+        "stacks": "Stack classes (main thread, {ranks}, {classes}):",
+        "unattributed": "Dumps not attributed to a rank ({n}):", "dumps": "{dumps} {where}{more}: {what}",
+        "and_more": " and {n} more",
+        "findings": "Findings:", "see_above": "see above", "see_above_ranks": "see above (rank {ranks})", "times": " ×{n}",
+        "detail_of": "why, for {x}: ", "symptom_of": "a consequence of {x}: ",
+        "not_understood": "Lines not understood: ", "of": "{path} {bad} of {lines}",
+        "not_read": "Not read ({files}): ", "diagnostics": "Diagnostics ({n}):",
+        "more_diagnostics": "  … {n} more (--format json lists all)",
+        "negative": "Negative line numbers count back from the end of the file (-1 is the last line; "
+                    "`tail -n N FILE | head -n 1` shows line -N): big logs are read from the tail, and the "
+                    "lines of the middle are not counted.",
+    },
+    "zh": {
+        "verdict": "forensics 结论: {verdict}   罪魁 Rank: {culprits}", "cycle": "环路: ",
+        "processes": "罪魁进程: ", "confidence": "可信度: ",
+        "timeline": "时间线（关键事件，同一时钟{skew}）:", "skew": "，主机间时钟误差 ≤ {s} 秒",
+        "first": "  ◀ 最早的故障", "timeline_header": ("时间", "对象", "角色", "事件", "证据"),
+        "ranks": "各 Rank 状态 ({n}):", "ranks_grouped": "各 Rank 状态（{n} 个，按状态归类）:",
+        "more_classes": "… 另有 {more}", "why": "判定依据:",
+        "stacks": "调用栈归类（主线程，{ranks}，{classes}）:",
+        "unattributed": "无法归属 Rank 的栈转储 ({n}):", "dumps": "{dumps} {where}{more}: {what}",
+        "and_more": " 等另 {n} 个",
+        "findings": "发现:", "see_above": "见上文", "see_above_ranks": "见上文（Rank {ranks}）", "times": " ×{n}",
+        "detail_of": "说明 {x} 的原因: ", "symptom_of": "由 {x} 引起: ",
+        "not_understood": "未能识别的行: ", "of": "{path} {bad}/{lines}",
+        "not_read": "未识别的文件（{files}）: ", "diagnostics": "诊断信息 ({n}):",
+        "more_diagnostics": "  … 另有 {n} 条（--format json 列出全部）",
+        "negative": "行号为负数表示从文件末尾倒数（-1 是最后一行，`tail -n N 文件 | head -n 1` 显示第 -N 行）："
+                    "大日志只读取开头和结尾，中间部分不计行数。",
+    },
 }
+# Counted nouns: (singular, plural) in English; Chinese counts with a measure word.
+NOUNS = {
+    "en": {"rank": ("rank", "ranks"), "class": ("class", "classes"), "file": ("file", "files"),
+           "dump": ("dump", "dumps")},
+    "zh": {"rank": ("个 Rank",) * 2, "class": ("类",) * 2, "file": ("个",) * 2, "dump": ("个转储",) * 2},
+}
+
+
+def count(n: int, noun: str, lang: str = "en") -> str:
+    """`1 class`, `3 classes`; `3 类`."""
+    one, many = NOUNS["zh" if lang == "zh" else "en"][noun]
+    return f"{n:,} {one if n == 1 else many}"
 
 
 # How a terminal shows each line style (rich style strings).
@@ -70,7 +117,8 @@ class Table:
     title: str
     header: tuple[str, ...]
     rows: list[tuple[str, ...]]
-    culprit_rows: list[bool]
+    culprit_rows: list[bool]  # rows to pick out: culprits, the first failure
+    kind: str = "ranks"  # "ranks" or "timeline"
 
     def plain(self) -> list[str]:
         widths = [max(len(str(row[i])) for row in self.rows + [self.header]) for i in range(len(self.header))]
@@ -102,7 +150,15 @@ def render_terminal(report, lang: str = "en", width: int | None = None, color: b
     console = Console(file=buffer, width=width or 100, force_terminal=color, no_color=not color,
                       color_system="standard" if color else None, highlight=False, markup=False,
                       emoji=False, soft_wrap=False, legacy_windows=False)
-    for item in blocks(report, lang):
+    lines: list = []
+    for item in blocks(report, lang):  # a timeline's rows stay one event a line, wrapped like text
+        if isinstance(item, Table) and item.kind == "timeline":
+            title, header, *rows = item.plain()
+            lines += [Line(title, "heading"), Line(header, "heading")]
+            lines += [Line(row, "culprit" if first else "dim") for row, first in zip(rows, item.culprit_rows)]
+        else:
+            lines.append(item)
+    for item in lines:
         if isinstance(item, Table):
             console.print(Text(item.title, style=STYLES["heading"]))
             table = RichTable(box=None, padding=(0, 2, 0, 0), pad_edge=False, show_edge=False,
@@ -126,79 +182,133 @@ def render_terminal(report, lang: str = "en", width: int | None = None, color: b
 
 def blocks(report, lang: str = "en") -> list:
     """The report as styled lines and one Table, in the order every renderer
-    shows them: verdict, cycles, narrative, ranks, why, stack classes,
-    unattributed dumps, findings, unread lines, skipped files, diagnostics."""
-    zh = lang == "zh"
+    shows them: verdict, cycles, narrative, timeline, ranks, why, stack
+    classes, unattributed dumps, findings, unread lines, skipped files,
+    diagnostics. Each fact once: what the narrative tells, later sections
+    point back to instead of repeating."""
+    lang = "zh" if lang == "zh" else "en"
+    words = WORDS[lang]
     out: list = []
-    culprits = compact(report.culprit_ranks) if report.culprit_ranks else "-"
-    title = "结论" if zh else "verdict"
-    out.append(Line(f"forensics {title}: {report.verdict.upper()}   culprit ranks: {culprits}",
-                    "verdict.problem" if report.exit_code else "verdict.ok"))
-    for cycle in report.cycles[:5]:
-        out.append(Line(("环路: " if zh else "cycle: ") + path_label(cycle), "cycle"))
-    named = report.named_processes
-    if named:
-        out.append(Line(("罪魁进程: " if zh else "culprit processes: ")
-                        + "; ".join(c.label() for c in named[:8]) + (" …" if len(named) > 8 else ""), "narrative"))
-    if report.confidence is not None:
-        sure = report.confidence
-        out.append(Line(("可信度: " if zh else "confidence: ") + f"{sure.level} — "
-                        + (sure.reason_zh if zh and sure.reason_zh else sure.reason), "dim"))
-    out.append(Line())
-    narrative = report.root_cause.narrative.get(lang) or report.root_cause.narrative.get("en", "")
-    out.extend(Line(line, "headline" if index == 0 else "narrative")
-               for index, line in enumerate(narrative.split("\n")))
-    out.append(Line())
-    out.extend(_timeline_section(report, zh))
-    out.extend(_ranks_section(report, zh))
-    tree = stackclasses.build(report.incident)
-    if tree.ranks:
-        n = stackclasses.classes(tree)
-        out.append(Line())
-        out.append(Line(f"调用栈归类（主线程，{len(tree.ranks)} 个 Rank，{n} 类）:" if zh
-                        else f"Stack classes (main thread, {len(tree.ranks)} ranks, {n} classes):", "heading"))
-        out.extend(Line("  " + line, "stack") for line in stackclasses.render(tree))
-    if report.incident.unattributed:
-        out.append(Line())
-        out.append(Line(("无法归属 Rank 的栈转储" if zh else "Dumps not attributed to a rank")
-                        + f" ({len(report.incident.unattributed)}):", "heading"))
-        for judged, dumps in stackclasses.group_dumps(report.incident.unattributed)[:DIAGNOSTICS_SHOWN]:
-            where = ", ".join(f"{d.path} (pid {d.pid})" for d in dumps[:4])
-            more = f" and {len(dumps) - 4} more" if len(dumps) > 4 else ""
-            out.append(Line(f"  {len(dumps)} dump(s) {where}{more}: {judged.activity}"
-                            + (f" {judged.op}" if judged.op else "")
-                            + (f" — {judged.why}" if judged.why else "")))
-    if report.findings:
-        out.append(Line())
-        out.append(Line("发现:" if zh else "Findings:", "heading"))
-        out.extend(_finding_line(report, finding, zh) for finding in report.findings)
-    unread = [r for r in report.incident.read if r.unrecognized]
-    if unread:
-        out.append(Line())
-        out.append(Line(("未能识别的行: " if zh else "Lines not understood: ")
-                        + ", ".join(f"{r.path} {r.unrecognized} of {r.lines}" for r in unread[:8])
-                        + (" …" if len(unread) > 8 else ""), "dim"))
-    skipped = [d for d in report.diagnostics if d.severity == "info" and d.line == 0]
-    problems = [d for d in report.diagnostics if d not in skipped]
-    if skipped:
-        names = ", ".join(d.path for d in skipped[:5]) + (" …" if len(skipped) > 5 else "")
-        out.append(Line())
-        out.append(Line((f"未识别的文件 {len(skipped)} 个: " if zh else f"Not read ({len(skipped)} file(s)): ")
-                        + names, "dim"))
-    if problems:
-        out.append(Line())
-        out.append(Line(("诊断信息" if zh else "Diagnostics") + f" ({len(problems)}):", "heading"))
-        for diag in problems[:DIAGNOSTICS_SHOWN]:
-            where = f"{diag.path}:{diag.line}" if diag.line else diag.path
-            out.append(Line(f"  {where}: {diag.message}", "diagnostic"))
-        if len(problems) > DIAGNOSTICS_SHOWN:
-            out.append(Line(f"  … {len(problems) - DIAGNOSTICS_SHOWN} more (--format json lists all)", "dim"))
+    said = Said()
+    for section in (_verdict_section, _narrative_section, _timeline_section, _ranks_section, _stacks_section,
+                    _unattributed_section, _findings_section, _unread_section):
+        found = section(report, lang, words, said) if section is _findings_section else section(report, lang, words)
+        for item in found:
+            if not isinstance(item, Table) and item.style != "stack" and section is not _findings_section:
+                said.add(item)
+        out.extend(found)
     cells = (cell for item in out if isinstance(item, Table) for row in item.rows for cell in row)
     if any(_FROM_END.search(item) for item in out if not isinstance(item, Table)) \
             or any(_FROM_END.search(str(cell)) for cell in cells):
         out.append(Line())
-        out.append(Line(NEGATIVE_LINES_NOTE["zh" if zh else "en"], "dim"))
+        out.append(Line(words["negative"], "dim"))
     return [_inert(item) for item in out]
+
+
+def _verdict_section(report, lang, words) -> list:
+    culprits = compact(report.culprit_ranks) if report.culprit_ranks else "-"
+    out = [Line(words["verdict"].format(verdict=report.verdict.upper(), culprits=culprits),
+                "verdict.problem" if report.exit_code else "verdict.ok")]
+    out += [Line(words["cycle"] + path_label(cycle), "cycle") for cycle in report.cycles[:5]]
+    named = report.named_processes
+    if named:
+        out.append(Line(words["processes"] + "; ".join(c.label() for c in named[:8])
+                        + (" …" if len(named) > 8 else ""), "narrative"))
+    if report.confidence is not None:
+        sure = report.confidence
+        out.append(Line(words["confidence"] + f"{sure.level} — "
+                        + (sure.reason_zh if lang == "zh" and sure.reason_zh else sure.reason), "dim"))
+    return out + [Line()]
+
+
+def _narrative_section(report, lang, words) -> list:
+    narrative = report.root_cause.narrative.get(lang) or report.root_cause.narrative.get("en", "")
+    return [Line(line, "headline" if index == 0 else "narrative")
+            for index, line in enumerate(narrative.split("\n"))] + [Line()]
+
+
+def _stacks_section(report, lang, words) -> list:
+    tree = report.stack_tree
+    if tree is None or not tree.ranks:
+        return []
+    n = stackclasses.classes(tree)
+    return [Line(), Line(words["stacks"].format(ranks=count(len(tree.ranks), "rank", lang),
+                                                classes=count(n, "class", lang)), "heading"),
+            *(Line("  " + line, "stack") for line in stackclasses.render(tree))]
+
+
+def _unattributed_section(report, lang, words) -> list:
+    dumps_seen = report.incident.unattributed
+    if not dumps_seen:
+        return []
+    out = [Line(), Line(words["unattributed"].format(n=len(dumps_seen)), "heading")]
+    for judged, dumps in report.dump_groups[:DIAGNOSTICS_SHOWN]:
+        where = ", ".join(f"{d.path} (pid {d.pid})" for d in dumps[:4])
+        more = words["and_more"].format(n=len(dumps) - 4) if len(dumps) > 4 else ""
+        what = judged.activity + (f" {judged.op}" if judged.op else "") + (f" — {judged.why}" if judged.why else "")
+        out.append(Line("  " + words["dumps"].format(dumps=count(len(dumps), "dump", lang), where=where,
+                                                     more=more, what=what)))
+    return out
+
+
+def _findings_section(report, lang, words, said: Said) -> list:
+    """Every finding; one the narrative tells is named and pointed back to,
+    and sentences printed above are left out of the others."""
+    if not report.findings:
+        return []
+    told = explain.told(report)
+    described = _described(report)
+    lines: list[Line] = []
+    for finding in report.findings:
+        ranks = compact(finding.ranks)
+        if id(finding) in told:
+            message = words["see_above_ranks"].format(ranks=ranks) if ranks else words["see_above"]
+        else:
+            message = finding.message_zh if lang == "zh" and finding.message_zh else finding.message
+            message = said.unsaid(explain.without_described(message, report.incident, described), words["see_above"])
+        line = _finding_line(report, finding, lang, words, message)
+        said.add(line)
+        lines.append(line)
+    # Findings the narrative told alike (two observations behind one cause) are one line.
+    repeats = Counter(lines)
+    out = [Line(), Line(words["findings"], "heading")]
+    for line in dict.fromkeys(lines):
+        out.append(Line(line + words["times"].format(n=repeats[line]), line.style) if repeats[line] > 1 else line)
+    return out
+
+
+def _described(report) -> set[int]:
+    """The ranks whose place and why the report has given before its findings:
+    in the narrative, or in the Why lines."""
+    if len(report.incident.ranks) <= PER_RANK_LIMIT:
+        return {rank for rank, state in report.incident.ranks.items() if state.why}
+    return set(explain.described_ranks(report)) if report.root_cause.finding is not None else set()
+
+
+def _unread_section(report, lang, words) -> list:
+    out = []
+    unread = [r for r in report.incident.read if r.unrecognized]
+    if unread:
+        out.append(Line())
+        out.append(Line(words["not_understood"]
+                        + ", ".join(words["of"].format(path=r.path, bad=r.unrecognized, lines=r.lines)
+                                    for r in unread[:8]) + (" …" if len(unread) > 8 else ""), "dim"))
+    skipped = [d for d in report.diagnostics if d.severity == "info" and d.line == 0]
+    # One line per diagnostic, however many readers or plugins reported it.
+    problems = list({(d.path, d.line, d.message): d for d in report.diagnostics if d not in skipped}.values())
+    if skipped:
+        names = ", ".join(d.path for d in skipped[:5]) + (" …" if len(skipped) > 5 else "")
+        out.append(Line())
+        out.append(Line(words["not_read"].format(files=count(len(skipped), "file", lang)) + names, "dim"))
+    if problems:
+        out.append(Line())
+        out.append(Line(words["diagnostics"].format(n=len(problems)), "heading"))
+        for diag in problems[:DIAGNOSTICS_SHOWN]:
+            where = f"{diag.path}:{diag.line}" if diag.line else diag.path
+            out.append(Line(f"  {where}: {diag.message}", "diagnostic"))
+        if len(problems) > DIAGNOSTICS_SHOWN:
+            out.append(Line(words["more_diagnostics"].format(n=len(problems) - DIAGNOSTICS_SHOWN), "dim"))
+    return out
 
 
 def _inert(item):
@@ -207,44 +317,40 @@ def _inert(item):
     line, and nothing in it drives the terminal, piped or not."""
     if isinstance(item, Table):
         return Table(neutralize(item.title), tuple(map(neutralize, item.header)),
-                     [tuple(neutralize(cell) for cell in row) for row in item.rows], item.culprit_rows)
+                     [tuple(neutralize(cell) for cell in row) for row in item.rows], item.culprit_rows, item.kind)
     return Line(neutralize(item), item.style)
 
 
-def _timeline_section(report, zh: bool) -> list:
-    """The decisive events on one clock, oldest first, the first failure marked."""
-    from ..postmortem import decisive, when
+def _timeline_section(report, lang, words) -> list:
+    """The decisive events on one clock, oldest first, the first failure marked:
+    a table, so every renderer keeps its columns."""
+    from ..postmortem import when
 
-    chosen = decisive(report.incident)
-    if not any(event.time is not None or event.kind == "exit" for event, _ in chosen):
+    chosen = report.decisive(DECISIVE)
+    if not any(entry.event.time is not None or entry.event.kind == "exit" for entry in chosen):
         return []
     skew = report.incident.skew_s
-    head = ("时间线（关键事件，同一时钟" if zh else "Timeline (decisive events, one clock") + (
-        f"，主机间时钟误差 ≤ {skew:g} 秒）:" if zh else f"; hosts' clocks agree within {skew:g} s):") \
-        if skew is not None else ("）:" if zh else "):")
-    lines = [Line(head, "heading")]
-    for event, first in chosen:
-        who = " ".join(part for part in (f"rank {event.rank}" if event.rank is not None else "", event.host) if part)
-        mark = ("  ◀ 最早的故障" if zh else "  ◀ first failure") if first else ""
-        text = event.detail if event.kind == "exit" else f"{event.kind} ({event.detail})"
-        lines.append(Line(f"  {when(event):>20}  {who or '-':<20}  {event.role:<8}  {text[:120]} "
-                          f"[{event.evidence.cite()}]{mark}", "finding.error" if first else "dim"))
-    return lines + [Line()]
+    title = words["timeline"].format(skew=words["skew"].format(s=f"{skew:g}") if skew is not None else "")
+    rows = [(when(entry.event), who(entry.event) or "-", entry.event.role, entry.what[:120],
+             entry.cites + (words["first"] if entry.first else "")) for entry in chosen]
+    return [Table(title, words["timeline_header"], rows, [entry.first for entry in chosen], "timeline"), Line()]
 
 
-def _finding_line(report, finding, zh: bool) -> Line:
-    message = finding.message_zh if zh and finding.message_zh else finding.message
+def who(event) -> str:
+    """`rank 3 node-7`: who an event is about, as far as it says."""
+    return " ".join(part for part in (f"rank {event.rank}" if event.rank is not None else "", event.host) if part)
+
+
+def _finding_line(report, finding, lang, words, message: str) -> Line:
     doc = report.rules.get(finding.rule)
-    title = f" ({doc.text('zh' if zh else 'en')[0]})" if doc else ""
+    title = f" ({doc.text(lang)[0]})" if doc else ""
     style = f"finding.{finding.severity}"
     if finding.detail_of:
         return Line(f"    ↳ [{finding.severity}] {finding.rule}{title}, "
-                    + (f"说明 {finding.detail_of} 的原因: " if zh else f"why, for {finding.detail_of}: ")
-                    + message, style)
+                    + words["detail_of"].format(x=finding.detail_of) + message, style)
     if finding.symptom_of:
         return Line(f"    ↳ [{finding.severity}] {finding.rule}{title}, "
-                    + (f"由 {finding.symptom_of} 引起: " if zh else f"a consequence of {finding.symptom_of}: ")
-                    + message, style)
+                    + words["symptom_of"].format(x=finding.symptom_of) + message, style)
     return Line(f"  [{finding.severity}] {finding.rule}{title}: {message}", style)
 
 
@@ -261,14 +367,14 @@ def _describe(report, rank, state):
             "-" if op is None or op.seq is None else str(op.seq), text)
 
 
-def _ranks_section(report, zh) -> list:
+def _ranks_section(report, lang, words) -> list:
     ranks = report.incident.ranks
     culprits = set(report.culprit_ranks)
     header = ("rank", "state", "op", "group", "seq", "waits for")
     if len(ranks) <= PER_RANK_LIMIT:
         rows = [(str(r),) + _describe(report, r, s) for r, s in ranks.items()]
         marked = [r in culprits for r in ranks]
-        title = f"各 Rank 状态 ({len(ranks)}):" if zh else f"Ranks ({len(ranks)}):"
+        title = words["ranks"].format(n=len(ranks))
     else:
         classes = defaultdict(list)
         for rank, state in ranks.items():
@@ -277,17 +383,19 @@ def _ranks_section(report, zh) -> list:
         rows = [(compact(members),) + key for key, members in ordered[:20]]
         marked = [any(r in culprits for r in members) for _, members in ordered[:20]]
         if len(ordered) > 20:
-            rows.append((f"… {len(ordered) - 20} more classes", "", "", "", "", ""))
+            more = count(len(ordered) - 20, "class", lang)
+            rows.append((words["more_classes"].format(more=more), "", "", "", "", ""))
             marked.append(False)
         header = ("ranks",) + header[1:]
-        title = (f"各 Rank 状态（{len(ranks)} 个，按状态归类）:" if zh
-                 else f"Ranks ({len(ranks)}, grouped by state):")
+        title = words["ranks_grouped"].format(n=len(ranks))
     lines: list = [Table(title, header, rows, marked)]
-    if len(ranks) <= PER_RANK_LIMIT and any(s.why for s in ranks.values()):
+    # The narrative gives the culprits' whys already, each with its citation.
+    told = set(explain.described_ranks(report)) if report.root_cause.finding is not None else set()
+    why = [(rank, state) for rank, state in ranks.items() if state.why and rank not in told]
+    if len(ranks) <= PER_RANK_LIMIT and why:
         lines.append(Line())
-        lines.append(Line("判定依据:" if zh else "Why:", "heading"))
-        for rank, state in ranks.items():
-            if state.why:
-                where = f"  [{state.evidence.cite()}]" if state.evidence else ""
-                lines.append(Line(f"  rank {rank}: {state.why}{where}", "why"))
+        lines.append(Line(words["why"], "heading"))
+        for rank, state in why:
+            where = f"  [{state.evidence.cite()}]" if state.evidence and state.evidence.cite() not in state.why else ""
+            lines.append(Line(f"  rank {rank}: {state.why}{where}", "why"))
     return lines
