@@ -558,3 +558,52 @@ def test_the_publisher_wakes_when_a_call_can_reach_the_threshold_and_no_sooner()
     finally:
         slot.started = 0
         del agent._local.slot
+
+
+@needs_torch
+def test_first_contact_with_a_store_that_starts_late_is_not_an_answer_again(tmp_path):
+    """Started before the job's store exists, the watcher says it waits, then
+    that the store answers, not that it "answers again": it never did before."""
+    host = StoreHost.__new__(StoreHost)
+    host.port, host.proc = _port(), None
+    url = f"tcpstore://127.0.0.1:{host.port}"
+    starter = threading.Timer(2, lambda: setattr(host, "proc", host.start()))
+    said = []
+    starter.start()
+    try:
+        assert live.watch(live.WatchOptions(url, 2, str(tmp_path / "w"), stuck_after=3600, timeout=12,
+                                            echo=said.append)) == []
+    finally:
+        starter.join()
+        if host.proc is not None:
+            host.stop()
+    assert said[0].startswith(f"waiting for {url} to answer ("), said
+    answered = [line for line in said if "answers" in line]
+    assert len(answered) == 1 and answered[0].startswith(f"{url} answers, after "), said
+    assert answered[0].endswith(" s of waiting: reading every rank")
+    assert not any("again" in line or "does not answer" in line for line in said), said
+
+
+def test_a_tcpstore_without_torch_is_one_line_naming_what_to_install(tmp_path, run_cli):
+    """A watcher on a host without PyTorch: torch made unimportable by a
+    package of that name that raises, ahead of the real one on the path."""
+    fake = tmp_path / "no-torch" / "torch"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text('raise ModuleNotFoundError("No module named \'torch\'", name="torch")\n')
+    path = os.pathsep.join([str(fake.parent), os.environ.get("PYTHONPATH", "")])
+    out = tmp_path / "watch"
+    proc = run_cli("watch", "--store", f"tcpstore://127.0.0.1:{_port()}", "--world-size", "2", "--out", out,
+                   env={"PYTHONPATH": path})
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("forensics watch: tcpstore:// needs PyTorch's TCPStore, and torch is not "
+                                  "installed here: pip install torch")
+    assert "redis://" in proc.stderr
+    assert not out.exists()  # nothing written before the store could be opened
+    # a torch that is there but broken is named as such
+    (fake / "__init__.py").write_text('raise ImportError("libtorch_cpu.so: cannot open shared object file")\n')
+    proc = run_cli("watch", "--store", f"tcpstore://127.0.0.1:{_port()}", "--world-size", "2", "--out", out,
+                   env={"PYTHONPATH": path})
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "torch cannot be imported here (ImportError: libtorch_cpu.so: cannot open shared object file)" \
+        in proc.stderr

@@ -96,6 +96,24 @@ class Coordinator:
         pass
 
 
+TORCH_MISSING = ("tcpstore:// needs PyTorch's TCPStore, and torch {why}: pip install torch (the job's own "
+                 "version), or publish to Redis instead (redis://HOST:PORT, pip install 'forensics[redis]')")
+
+
+def tcpstore_class():
+    """torch.distributed.TCPStore, or ValueError saying what to install:
+    the watcher may run on a host that has no PyTorch."""
+    with warnings.catch_warnings():  # torch's import speaks of NumPy, which a store does not use
+        warnings.filterwarnings("ignore", message=".*NumPy.*")
+        try:
+            from torch.distributed import TCPStore
+        except ImportError as exc:
+            missing = isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] == "torch"
+            why = "is not installed here" if missing else f"cannot be imported here ({_why(exc)})"
+            raise ValueError(TORCH_MISSING.format(why=why)) from None
+    return TCPStore
+
+
 class TCPStoreCoordinator(Coordinator):
     def __init__(self, url: str, serve: bool = False, timeout: float = 5.0):
         super().__init__(url)
@@ -106,10 +124,7 @@ class TCPStoreCoordinator(Coordinator):
         self.connect()
 
     def connect(self) -> None:
-        with warnings.catch_warnings():  # torch's import speaks of NumPy, which a store does not use
-            warnings.filterwarnings("ignore", message=".*NumPy.*")
-            from torch.distributed import TCPStore
-
+        TCPStore = tcpstore_class()
         self.store = None
         self.forget_known()
         if not self.serve:
@@ -228,7 +243,8 @@ class RedisCoordinator(Coordinator):
 
 
 def open_store(url: str, serve: bool = False, timeout: float = 5.0) -> Coordinator:
-    """A coordinator for `url`; ValueError for a malformed URL, StoreDown
+    """A coordinator for `url`; ValueError for a malformed URL or a missing
+    client library (torch, redis), StoreDown
     when a TCPStore does not answer (a Redis client connects on first use)."""
     scheme = parse_store(url)[0]
     if scheme == "redis":

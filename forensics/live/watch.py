@@ -300,6 +300,7 @@ class Watcher:
         self.last_sweep = time.monotonic()
         self.complaints: dict[int, str] = {}
         self.down_since: float | None = None
+        self.answered = False               # the store has answered at least once
         self.reported: set = set()
         self.verdicts: list[Verdict] = []
         self.plugins = options.plugins
@@ -317,14 +318,14 @@ class Watcher:
         except StoreDown as exc:
             if self.o.serve:
                 raise ValueError(f"cannot serve {self.o.store}: {exc}") from None
-            self.lost(exc, first=self.seen is None)
+            self.lost(exc)
             return False
         return True
 
-    def lost(self, exc, first: bool = False) -> None:
+    def lost(self, exc) -> None:
         if self.down_since is None:
             self.down_since = time.monotonic()
-            if first:
+            if not self.answered:
                 self.say(f"waiting for {self.o.store} to answer ({exc})")
             else:
                 self.say(f"{self.o.store} does not answer ({exc}): retrying; "
@@ -335,13 +336,14 @@ class Watcher:
 
     def back(self) -> None:
         if self.down_since is not None:
-            if self.seen is not None:
-                self.say(f"{self.o.store} answers again after {time.monotonic() - self.down_since:.0f} s: "
-                         "reading every rank again")
+            waited = time.monotonic() - self.down_since
+            if self.answered:
+                self.say(f"{self.o.store} answers again after {waited:.0f} s: reading every rank again")
             else:
-                self.say(f"{self.o.store} answers")
+                self.say(f"{self.o.store} answers, after {waited:.0f} s of waiting: reading every rank")
             self.down_since = None
             self.changed_at, self.changed_wall = time.monotonic(), time.time()  # the outage is no progress lost
+        self.answered = True
 
     # -- reading
 
@@ -575,9 +577,9 @@ class Watcher:
     # -- the loop
 
     def run(self) -> list[Verdict]:
-        os.makedirs(self.o.out, exist_ok=True)
         started = time.monotonic()
-        self.connect()
+        self.connect()  # a missing client library (ValueError) stops here, before anything is written
+        os.makedirs(self.o.out, exist_ok=True)
         self.warm_up()
         self.say(f"watching {self.o.store} for {self.o.world_size} rank(s); reports go to {self.o.out}")
 
