@@ -817,10 +817,9 @@ def _schema(args) -> int:
         from .report.json_report import schema_text
         text = schema_text()
     else:
-        from importlib import resources
+        from . import shipped
 
-        from .yamlrules import SHIPPED_PACKAGE
-        text = resources.files(SHIPPED_PACKAGE).joinpath("schema.json").read_text("utf-8")
+        text = shipped.rules_folder().joinpath("schema.json").read_text("utf-8")
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
     return EXIT_OK
 

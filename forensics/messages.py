@@ -33,6 +33,7 @@ the int `op_count`, seconds become `*_ms`, signals their `SIGXXX` names.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import os
@@ -410,9 +411,9 @@ MESSAGES_DIR = "messages"
 
 def shipped_files() -> list[str]:
     """The catalogue files shipped with the package (rules/messages/*.yaml)."""
-    from importlib import resources
+    from . import shipped
 
-    folder = resources.files("forensics.rules_data") / MESSAGES_DIR
+    folder = shipped.rules_folder() / MESSAGES_DIR
     try:
         names = sorted(p.name for p in folder.iterdir() if p.name.endswith((".yaml", ".yml")))
     except (FileNotFoundError, NotADirectoryError):
@@ -430,6 +431,7 @@ def catalogue() -> Catalogue:
         entries, problems = load(paths, check_examples=False)  # the test suite checks them
         if problems:
             raise CatalogueError(problems)
+        entries = [dataclasses.replace(e, path=_shipped_display(e.path)) for e in entries]
         _store(paths, entries)
     return Catalogue(entries)
 
@@ -444,7 +446,7 @@ def catalogue_or_empty(facts) -> Catalogue:
         return Catalogue([])
 
 
-_CACHE_VERSION = 2
+_CACHE_VERSION = 3
 
 
 def _cache_name(paths: list[str]) -> str | None:
@@ -473,25 +475,30 @@ def _cached(paths: list[str]) -> list[Entry] | None:
     raws = usercache.read_json(name) if name else None
     if not isinstance(raws, list):
         return None
-    folders = {os.path.basename(p): p for p in paths}
+    names = {os.path.basename(p) for p in paths}
     try:
-        return [Entry(**_entry_fields(raw, folders)) for raw in raws]
+        return [Entry(**_entry_fields(raw, names)) for raw in raws]
     except (TypeError, KeyError, ValueError, AttributeError):
         return None  # a cache of another layout: parsed again
 
 
-def _entry_fields(raw: dict, folders: dict[str, str]) -> dict:
+def _shipped_display(path: str) -> str:
+    """A shipped entry's file as the source tree names it, wherever the package is installed."""
+    return f"rules/{MESSAGES_DIR}/{os.path.basename(path)}"
+
+
+def _entry_fields(raw: dict, names: set[str]) -> dict:
     out = dict(raw)
     for name in ("match", "patterns", "variants"):
         out[name] = tuple(out[name])
     out["facts"] = {k: tuple(v) if isinstance(v, list) else v for k, v in out["facts"].items()}
-    out["path"] = folders[out["path"]]
+    if out["path"] not in names:
+        raise ValueError(f"no catalogue file {out['path']!r}")
+    out["path"] = _shipped_display(out["path"])
     return out
 
 
 def _store(paths: list[str], entries: list[Entry]) -> None:
-    import dataclasses
-
     from . import usercache
 
     name = _cache_name(paths)

@@ -25,9 +25,8 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
-from importlib import resources
 
-from . import lazy
+from . import lazy, shipped
 from . import model as m
 from .hookspecs import hookimpl
 from .ranges import compact
@@ -38,7 +37,6 @@ MAX_SUBJECT = 4096          # characters of a log line or frame a regex is run o
 MAX_FILE_BYTES = 2 << 20    # a rule file larger than this is refused unread
 MAX_NODES = 200_000         # YAML nodes in one file
 MAX_EVIDENCE = 8            # evidence lines cited per finding
-SHIPPED_PACKAGE = "forensics.rules_data"
 SHIPPED_DISPLAY = "forensics.rules_data"
 RULE_SUFFIXES = (".yaml", ".yml")
 
@@ -209,7 +207,7 @@ def _key_node(mapping, name: str):
 
 @functools.lru_cache(maxsize=1)
 def schema() -> dict:
-    return json.loads(resources.files(SHIPPED_PACKAGE).joinpath("schema.json").read_text("utf-8"))
+    return json.loads(shipped.rules_folder().joinpath("schema.json").read_text("utf-8"))
 
 
 @functools.lru_cache(maxsize=1)
@@ -620,7 +618,7 @@ def load_paths(paths, reserved: dict[str, str] | None = None) -> list[Rule]:
 
 
 def shipped_dir() -> str:
-    return str(resources.files(SHIPPED_PACKAGE))
+    return str(shipped.rules_folder())
 
 
 @functools.lru_cache(maxsize=1)
