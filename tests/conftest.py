@@ -73,8 +73,16 @@ def _json_reports_follow_the_schema():
                     + "\n  ".join(problems), pytrace=False)
 
 
+_SYSTEM_PACKAGES = ("chromium", "slurm", "munge", "redis-server")
+
+
 def pytest_terminal_summary(terminalreporter):
     terminalreporter.write_line(f"{_validated[0]} JSON report(s) validated against forensics/report/schema.json")
+    skipped = terminalreporter.stats.get("skipped", [])
+    for_packages = [r for r in skipped if any(p in str(r.longrepr).lower() for p in _SYSTEM_PACKAGES)]
+    if for_packages:
+        terminalreporter.write_line(f"{len(for_packages)} test(s) skipped for want of a system package (chromium, "
+                                    f"slurm-wlm, munge, redis-server): `sudo .ci/system-packages` installs them")
 
 
 def pytest_unconfigure(config):
