@@ -376,10 +376,10 @@ def test_a_rule_in_english_only_is_accepted_and_chinese_shows_it_missing(tmp_pat
     assert run_cli("rules", "check", tmp_path).returncode == 0
     incident = CORPUS / "real_missing_rank_dataloader"
     zh = run_cli("analyze", incident, "--hung", "-j", "1", "--lang", "zh", "--rules", tmp_path)
-    # the Chinese report falls back to the English message, and titles it as missing in Chinese
+    # the Chinese report falls back to the English message, and titles the rule as missing in Chinese
     (line,) = [x for x in zh.stdout.splitlines() if "team-prefetch-stall" in x]
     assert "（缺少中文）Prefetch thread stuck reading a shard" in line
-    assert "Rank 2: batch_prefetch thread in ShardedLoader.read_shard_record (train.py:176)" in line
+    assert "Rank 2: batch_prefetch thread in ShardedLoader.read_shard_record (train.py:176)" in zh.stdout
     data = json.loads(run_cli("analyze", incident, "--hung", "-j", "1", "-f", "json", "--rules", tmp_path).stdout)
     (finding,) = [f for f in data["findings"] if f["rule"] == "team-prefetch-stall"]
     assert finding["hint"] == "Check the shard's storage mount."
