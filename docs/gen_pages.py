@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import dataclasses
 import json
 import os
 import re
@@ -44,6 +45,8 @@ OWNED_FILES = ("benchmarks.md",)
 EXAMPLE_INCIDENT = "real_missing_rank_early_exit"
 EXAMPLE_ARGS = {"hung": True}
 EXAMPLE_COMMAND = f"forensics analyze corpus/{EXAMPLE_INCIDENT} --hung"
+# The example report's "generated" time (2025-12-01 00:00 UTC) and no host: the committed page stays current.
+EXAMPLE_EPOCH = 1764547200
 BENCHMARKS = ("bench_engine", "bench_stacks", "bench_logs", "bench_fr", "bench_report", "bench_scale", "bench_watch")
 
 
@@ -285,6 +288,8 @@ def example_pages() -> dict[str, str]:
                                    **EXAMPLE_ARGS)
     finally:
         os.chdir(here)
+    if report.provenance is not None:
+        report.provenance = dataclasses.replace(report.provenance, generated=EXAMPLE_EPOCH, host="")
     page = [banner(f"corpus/{EXAMPLE_INCIDENT}"), "# Report examples\n\n",
             f"One incident of the corpus, a real four-rank Gloo job whose rank 3 left the training loop "
             f"early, in every built-in format: `{EXAMPLE_COMMAND} --format FORMAT`. The HTML report of "

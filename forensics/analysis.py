@@ -84,9 +84,6 @@ def input_paths(incident: Incident) -> tuple[str, ...]:
     return tuple(found)
 
 
-TIMELINE_KEPT = 40  # decisive events kept (the HTML report's lanes); the text report shows fewer
-
-
 @dataclass(slots=True)
 class Report:
     verdict: str
@@ -107,7 +104,7 @@ class Report:
     # the main threads' stacks as one prefix tree, the decisive events on one
     # clock, each rank's last log line and progress, who wrote the report.
     stack_tree: stackclasses.StackNode | None = None
-    timeline: list = field(default_factory=list)  # TimelineEntry, oldest first
+    timeline: list = field(default_factory=list)  # TimelineEntry, oldest first: every decisive event
     first_failures: list = field(default_factory=list)  # the Events nothing surely precedes
     dump_groups: list = field(default_factory=list)  # unattributed dumps by where they are: [(judged, [dumps])]
     notes: dict = field(default_factory=dict)  # rank → RankNote
@@ -192,10 +189,8 @@ def timeline_of(incident: Incident) -> list[TimelineEntry]:
     """The decisive events, one entry per thing that happened: lines that
     state the same event of the same process at the same time are one entry
     citing them all."""
-    from .postmortem import decisive
-
     entries: dict[tuple, TimelineEntry] = {}
-    for event, first in decisive(incident, TIMELINE_KEPT):
+    for event, first in decisive(incident, limit=len(incident.events)):
         what = _what(event)
         key = (event.time, event.clock, event.rank, event.host, event.role, what)
         known = entries.get(key)

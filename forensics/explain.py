@@ -212,6 +212,14 @@ class _Story:
         return finding.message_zh if self.zh and finding.message_zh else finding.message
 
 
+def section_labels(lang: str) -> tuple[str, ...]:
+    """The words that open the narrative's sections ("Judged stuck because",
+    "Why rank {ranks} is there"), for renderers that set them apart."""
+    words = _LABELS["zh" if lang == "zh" else "en"]
+    return tuple(words[key] for key in ("positions", "cause", "decided", "evidence", "next", "knock_on", "decide",
+                                        "on_cycle", "awaited", "odd_one", "first_error", "detail"))
+
+
 def described_ranks(report) -> list[int]:
     """The culprits whose place the narrative's "Who" lines describe."""
     return [r for r in report.culprit_ranks if r in report.incident.ranks][:MAX_PLACES]

@@ -62,7 +62,7 @@ def chain_text(frames: list[str]) -> str:
     return " → ".join(frames[:CHAIN_KEEP] + [f"… {hidden} frames …"] + frames[-CHAIN_KEEP:])
 
 
-def _majority(kids: list[StackNode], index: int) -> bool:
+def is_majority(kids: list[StackNode], index: int) -> bool:
     """Whether child `index` (children are largest first) holds a clear majority."""
     return index == 0 and (len(kids) == 1 or len(kids[0].ranks) > len(kids[1].ranks))
 
@@ -75,7 +75,7 @@ def walk(root: StackNode) -> Iterator[tuple[StackNode, int, bool]]:
         yield node, depth, not majority and depth > 0
         kids = list(node.children.values())
         for index, child in enumerate(kids):
-            yield from visit(child, depth + 1, _majority(kids, index))
+            yield from visit(child, depth + 1, is_majority(kids, index))
 
     for index, top in enumerate(root.children.values()):
         yield from visit(top, 0, index == 0)
@@ -97,7 +97,7 @@ def to_json(node: StackNode) -> list[dict]:
     kids = list(node.children.values())
     for index, child in enumerate(kids):
         out.append({"frames": child.frames, "ranks": compact(child.ranks), "count": len(child.ranks),
-                    "majority": _majority(kids, index),
+                    "majority": is_majority(kids, index),
                     "children": to_json(child)})
     return out
 

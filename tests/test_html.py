@@ -267,3 +267,137 @@ def test_ten_thousand_ranks_open_quickly_in_chromium(browser, tmp_path):
     # The budget is one second (benchmarks/bench_report.py measures it); a
     # loaded two-core CI box gets slack, a pathological page would not pass.
     assert seconds < 2.5
+
+
+# --------------------------------------------------------------------------
+# Ready for a ticket: who wrote it, a timeline that reads, a tree that folds
+
+
+def watchdog_incident(path, ranks: int, killed: int):
+    """A snapshot of `ranks` ranks waiting in one all_reduce for rank `killed`,
+    and a log where every other rank's watchdog times out at the same
+    millisecond after `killed`'s DataLoader worker died ten minutes earlier."""
+    path.mkdir()
+    snapshot = {str(r): {"current_op": "all_reduce", "op_seq": 7, "group": "0", "waiting_for_ranks": [killed],
+                         "stack": ["train (train.py:10)", "all_reduce (distributed_c10d.py:2950)"]}
+                for r in range(ranks)}
+    snapshot[str(killed)] = {"current_op": "data_loading", "stack": ["train (train.py:10)", "next_batch (data.py:5)"]}
+    (path / "snapshot.json").write_text(json.dumps(snapshot, indent=0))
+    lines = [f"[rank{killed}]:[E1129 10:38:09.853000 train.py:88] RuntimeError: DataLoader worker (pid 8123) "
+             "is killed by signal: Killed."]
+    lines += [f"[rank{r}]:[E1129 10:48:09.853000 ProcessGroupNCCL.cpp:475] [Rank {r}] Watchdog caught collective "
+              "operation timeout: WorkNCCL(SeqNum=7, OpType=ALLREDUCE, NumelIn=1024, NumelOut=1024, "
+              "Timeout(ms)=600000) ran for 600010 milliseconds before timing out." for r in range(ranks) if r != killed]
+    (path / "train.log").write_text("\n".join(lines) + "\n")
+    return analyze(path)
+
+
+@pytest.fixture(scope="module")
+def ranks_64(tmp_path_factory):
+    return watchdog_incident(tmp_path_factory.mktemp("wide") / "job64", 64, 37)
+
+
+def lane_names(text):
+    return re.findall(r'<span class="lane-name">([^<]*)</span>', text)
+
+
+def test_the_header_and_title_say_which_run_wrote_the_page(deadlock, monkeypatch):
+    text = html.render(deadlock)
+    made = deadlock.provenance
+    assert made.inputs == (str(CORPUS / "real_p2p_cycle_2"),) and made.host and made.version == forensics.__version__
+    meta = re.search(r'<p class="meta">(.*?)</p>', text).group(1)
+    assert f"forensics {forensics.__version__}" in meta and html.escape(made.inputs[0]) in meta
+    assert re.search(r"generated \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", meta) and html.escape(made.host) in meta
+    title = re.search(r"<title>(.*?)</title>", text).group(1)
+    assert title.startswith("DEADLOCK · culprit ranks 0,1 · ") and html.escape(made.inputs[0]) in title
+    assert "罪魁 Rank 0,1" in re.search(r"<title>(.*?)</title>", html.render(deadlock, "zh")).group(1)
+    # A reproducible page: SOURCE_DATE_EPOCH fixes the time and leaves the host out.
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1764547200")
+    first, again = (html.render(analyze(CORPUS / "real_p2p_cycle_2")) for _ in range(2))
+    assert first == again and "generated 2025-12-01 00:00:00 UTC" in first and "host:" not in first
+
+
+def test_the_narrative_is_paragraphs_with_its_labels_set_apart(missing):
+    text = html.render(missing)
+    narrative = re.search(r'<div class="narrative">(.*?)</div></section>', text, re.S).group(1)
+    assert narrative.startswith("<p>") and "<ul><li>" in narrative and "\n" not in narrative
+    assert "<b>Judged stuck because:</b>" in narrative and "<b>Next:</b>" in narrative
+
+
+def test_the_rank_table_gives_each_rank_its_last_log_line_and_progress(deadlock, ranks_64):
+    text = html.render(deadlock)
+    head = re.search(r'<table class="ranks"><tr>(.*?)</tr>', text).group(1)
+    assert "<th>last log line</th><th>last progress</th>" in head
+    row = re.search(r'<tr id="rank-0"[^>]*>(.*?)(?=<tr|</table>)', text).group(1)
+    last = deadlock.notes[0].last_line
+    assert html.escape(last.text.strip()[:40]) in row and f">{last.cite()}</a>" in row
+    assert "<td>—" in row  # no line of rank 0 dates a completed call
+    wide = html.render(ranks_64)
+    row = re.search(r'<tr id="rank-5"[^>]*>(.*?)(?=<tr|</table>)', wide).group(1)
+    assert "Watchdog caught collective operation timeout" in row
+
+
+def test_lanes_are_named_by_rank_host_or_file_never_launcher(tmp_path):
+    report = watchdog_incident(tmp_path / "job4", 4, 2)
+    lanes = lane_names(html.render(report))
+    # The killed rank first (first failure, culprit), then the waiting ranks by number, then the
+    # file whose stuck line names no rank; nothing in this incident is a launcher's log.
+    assert lanes == ["rank 2", "rank 0", "rank 1", "rank 3", "train.log"]
+
+
+# In a real browser: what a person sees.
+
+_LANES = """(() => {
+  const lanes = [...document.querySelectorAll('.lane')].map(l => {
+    const track = l.querySelector('.lane-track').getBoundingClientRect();
+    return {name: l.querySelector('.lane-name').textContent, width: track.width,
+            xs: [...l.querySelectorAll('.mark')].map(m => m.getBoundingClientRect().left - track.left)};
+  });
+  const visible = el => el && el.getBoundingClientRect().height > 0;
+  return {lanes, more: [...document.querySelectorAll('.lanes-more')].filter(visible).map(p => p.textContent),
+          spread: visible(document.querySelector('.spread')) ? document.querySelector('.spread').textContent : null,
+          meta: document.querySelector('.meta').textContent, title: document.title};
+})()"""
+
+_FOLD = """(async () => {
+  const node = document.querySelector('.stacktree details');
+  const leaf = node.querySelector('.leaf');
+  const before = leaf.checkVisibility();
+  node.querySelector('summary').click();
+  await new Promise(r => setTimeout(r, 50));
+  return {before, after: leaf.checkVisibility(), open: node.open,
+          leaves: document.querySelectorAll('.stacktree .leaf').length};
+})()"""
+
+
+def test_sixty_four_ranks_in_chromium(browser, ranks_64, tmp_path):
+    assert ranks_64.verdict == "dead_rank" and ranks_64.culprit_ranks == [37]
+    path = tmp_path / "ranks64.html"
+    path.write_text(html.render(ranks_64), encoding="utf-8")
+    page = browser.page()
+    try:
+        page.open(path.as_uri())
+        seen = page.evaluate(_LANES)
+        folded = page.evaluate(_FOLD)
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(str(ARTIFACTS / "ranks_64.full.png"), full_page=True)
+        errors = page.console_errors()
+    finally:
+        page.close()
+    assert errors == []
+    names = [lane["name"] for lane in seen["lanes"]]
+    # At most LANES_SHOWN lanes, by relevance: the culprit, then the waiting ranks by number.
+    assert names == ["rank 37"] + [f"rank {r}" for r in range(html.LANES_SHOWN - 1)]
+    assert "launcher" not in " ".join(names)
+    assert seen["more"] == ["… 48 more ranks, not drawn (every event is in the list below)",
+                            "… 1 more lane, not drawn (every event is in the list below)"]
+    # 63 timeouts at one millisecond: spread in their order across the track, and the page says so.
+    xs = [x for lane in seen["lanes"] for x in lane["xs"]]
+    width = seen["lanes"][0]["width"]
+    assert len(xs) == html.LANES_SHOWN and len({round(x) for x in xs}) == len(xs)
+    assert max(xs) - min(xs) > 0.9 * width
+    assert seen["spread"] and "in their order" in seen["spread"]
+    assert "MISSING" not in seen["title"] and seen["title"].startswith("DEAD_RANK · culprit ranks 37 · ")
+    assert f"forensics {forensics.__version__}" in seen["meta"] and "job64" in seen["meta"]
+    # The stack classes fold like STAT's tree.
+    assert folded == {"before": True, "after": False, "open": False, "leaves": 2}
