@@ -124,7 +124,7 @@ _WHO = {"deadlock": "on_cycle", "collective_mismatch": "odd_one", "network_fault
 _LABELS = {
     "en": {"rank": "rank", "exited": "exited", "sep": "; ", "end": ".", "stuck_join": "; ",
            "places": " {places}.", "rank_in": "rank {ranks} in {place}", "ranks_in": "ranks {ranks} in {place}",
-           "group_unknown": " on an unknown group",
+           "group_unknown": " on an unknown group", "unidentified": "an unidentified process",
            "evidence": "Evidence", "next": "Next", "decided": "Judged stuck because",
            "where": "Where they are", "on_cycle": "On the cycle", "awaited": "Who everyone waits for",
            "odd_one": "The rank(s) calling something else", "first_error": "Whose error came first",
@@ -148,7 +148,7 @@ _LABELS = {
                          "NCCL_DEBUG=INFO logs or Flight Recorder dumps."},
     "zh": {"rank": "Rank", "exited": "已退出", "sep": "；", "end": "。", "stuck_join": "；",
            "places": "{places}。", "rank_in": "Rank {ranks} 在 {place}", "ranks_in": "Rank {ranks} 在 {place}",
-           "group_unknown": "（通信组未知）",
+           "group_unknown": "（通信组未知）", "unidentified": "某个未能识别的进程",
            "evidence": "证据", "next": "下一步", "decided": "判定为卡住的依据",
            "where": "各自所在位置", "on_cycle": "环上的 Rank", "awaited": "所有人在等待谁",
            "odd_one": "调用与众不同的 Rank", "first_error": "最早出错的 Rank",
@@ -208,8 +208,13 @@ class _Story:
     def pick(self, pair: tuple[str, str]) -> str:
         return pair[1 if self.zh else 0]
 
+    def local(self, thing, name: str) -> str:
+        """`thing.name` in the story's language: its `name_zh` twin where it has one."""
+        twin = getattr(thing, f"{name}_zh", "") if self.zh else ""
+        return twin or getattr(thing, name)
+
     def message(self, finding) -> str:
-        return finding.message_zh if self.zh and finding.message_zh else finding.message
+        return self.local(finding, "message")
 
 
 def section_labels(lang: str) -> tuple[str, ...]:
@@ -247,7 +252,7 @@ def _undecided(story: _Story) -> str:
             text += labels["unknown_groups"].format(ranks=compact(blind), n=len(blind))
         elif blocked:
             text += labels["all_joined"].format(b=blocked)
-        return text + _would_decide(report, labels, story.zh)
+        return text + _would_decide(story)
     text = labels["healthy"].format(n=n_ranks)
     waiting = len(report.analysis.waiting)
     if waiting and not report.incident.stuck:
@@ -260,7 +265,7 @@ def _headline(story: _Story) -> list[str]:
     cycle = report.cycles[0] if report.cycles else []
     headline = story.pick(_STATED_HEADLINE.get(lead.rule) or _HEADLINE.get(lead.kind)
                           or _HEADLINE.get(report.verdict, ("{ranks}", "{ranks}")))
-    return [headline.format(ranks=compact(report.culprit_ranks), who=_who(report, story.zh), cycle=path_label(cycle))]
+    return [headline.format(ranks=compact(report.culprit_ranks), who=_who(story), cycle=path_label(cycle))]
 
 
 def _what_is_stuck(story: _Story) -> list[str]:
@@ -309,7 +314,7 @@ def _lead_message(story: _Story) -> list[str]:
     message = story.message(story.lead)
     if story.report.decided_by:
         message = _drop_sentence_holding(message, story.labels["stuck_join"].join(
-            (s.detail_zh or s.detail) if story.zh else s.detail for s in story.report.decided_by[:3]))
+            story.local(s, "detail") for s in story.report.decided_by[:3]))
     listed = {r for r in story.report.culprit_ranks if r in story.incident.ranks}
     return [without_described(message, story.incident, listed)]
 
@@ -344,7 +349,7 @@ def _decided(story: _Story) -> list[str]:
     # The same statement in several files is one reason citing them all.
     same: dict[str, list] = {}
     for signal in signals[:3]:
-        same.setdefault(signal.detail_zh if story.zh and signal.detail_zh else signal.detail, []).append(signal)
+        same.setdefault(story.local(signal, "detail"), []).append(signal)
     reasons = "; ".join(_signal_text(detail, [s.evidence for s in group if s.evidence], story)
                         for detail, group in same.items())
     return [f"{story.labels['decided']}: {reasons}{story.labels['end']}"]
@@ -377,7 +382,7 @@ def _evidence(story: _Story) -> list[str]:
 
 
 def _next(story: _Story) -> list[str]:
-    hint = story.lead.hint_zh if story.zh and story.lead.hint_zh else story.lead.hint
+    hint = story.local(story.lead, "hint")
     return [f"{story.labels['next']}: {hint}"] if hint else []
 
 
@@ -428,21 +433,22 @@ def _drop_sentence_holding(message: str, part: str) -> str:
     return kept if kept.strip() else message
 
 
-def _who(report, zh: bool) -> str:
+def _who(story: _Story) -> str:
     """'rank 1,3' — or, when the culprits are known only by host or address, those."""
+    report = story.report
     if report.culprit_ranks:
-        return f"{'Rank' if zh else 'rank'} {compact(report.culprit_ranks)}"
+        return f"{story.labels['rank']} {compact(report.culprit_ranks)}"
     if report.culprits:
         return "; ".join(c.label() for c in report.culprits[:3])
-    return "某个未能识别的进程" if zh else "an unidentified process"
+    return story.labels["unidentified"]
 
 
-def _would_decide(report, labels, zh: bool) -> str:
-    sure = report.confidence
+def _would_decide(story: _Story) -> str:
+    sure = story.report.confidence
     if sure is None or not sure.missing:
         return ""
-    wanted = sure.missing_zh if zh and sure.missing_zh else sure.missing
-    return "\n" + labels["decide"] + ":\n" + "\n".join(f"  - {item}" for item in wanted)
+    wanted = story.local(sure, "missing")
+    return "\n" + story.labels["decide"] + ":\n" + "\n".join(f"  - {item}" for item in wanted)
 
 
 def _places(incident, ranks: list[int], labels: dict) -> list[str]:

@@ -174,7 +174,7 @@ def _header(report, data, t, excerpts) -> str:
     lead = report.root_cause.finding
     hint = ""
     if lead is not None:
-        text = (lead.hint_zh or lead.hint) if t is _L["zh"] else lead.hint
+        text = (lead.hint_zh or lead.hint) if t["lang"] == "zh" else lead.hint
         if text:
             hint = f'<p class="hint next"><b>{escape(t["next"])}:</b> {escape(text)}</p>'
     return (f'<section id="verdict">{_provenance(report, t)}<div class="verdict" style="border-color:{color}">'

@@ -40,8 +40,15 @@ def fence(body: str, info: str = "") -> list[str]:
     return [ticks + info, *body.split("\n"), ticks]
 
 
+# The words this module adds to the text report's, by language.
+WORDS = {
+    "en": {"graph": "Wait-for graph", "collapsed": " ({n} ranks, collapsed into classes)"},
+    "zh": {"graph": "等待图", "collapsed": "（{n} 个 Rank 按状态归类）"},
+}
+
+
 def render(report, lang: str = "en") -> str:
-    zh = lang == "zh"
+    words = WORDS["zh" if lang == "zh" else "en"]
     out: list[str] = []
     items = text.blocks(report, lang)
     stack: list[str] = []
@@ -57,7 +64,7 @@ def render(report, lang: str = "en") -> str:
         if isinstance(item, text.Table):
             flush_stack()
             if not graph_done and item.kind == "ranks":
-                out.extend(_graph(report, zh))
+                out.extend(_graph(report, words))
                 graph_done = True
             out.extend(_table(item))
             continue
@@ -86,7 +93,7 @@ def render(report, lang: str = "en") -> str:
             out += ["", prose(item), ""] if out and out[-1].startswith("- ") else [prose(item), ""]
     flush_stack()
     if not graph_done:
-        out.extend(_graph(report, zh))
+        out.extend(_graph(report, words))
     markdown = "\n".join(out)
     markdown = re.sub(r"\n{3,}", "\n\n", markdown)
     # A list must end before the next paragraph or heading.
@@ -115,12 +122,11 @@ def _table(table: "text.Table") -> list[str]:
     return rows + [""]
 
 
-def _graph(report, zh: bool) -> list[str]:
+def _graph(report, words: dict) -> list[str]:
     view = graphview.build(report)
     if not view.edges and not any(n.culprit for n in view.nodes):
         return []
-    title = "等待图" if zh else "Wait-for graph"
+    title = words["graph"]
     if view.collapsed:
-        title += (f"（{view.total_ranks:,} 个 Rank 按状态归类）" if zh
-                  else f" ({view.total_ranks:,} ranks, collapsed into classes)")
+        title += words["collapsed"].format(n=f"{view.total_ranks:,}")
     return [f"#### {title}", "", *fence("\n".join(mermaid.graph_lines(report, view)), "mermaid"), ""]
