@@ -374,7 +374,7 @@ def _evidence(story: _Story) -> list[str]:
     lines = [f"{labels['evidence']}:"]
     if not lead.evidence:
         return lines + ["  " + labels["none"]]
-    cited = list({item.cite(): item for item in lead.evidence}.values())  # a line cited twice is shown once
+    cited = list(dict.fromkeys(lead.evidence))  # a line cited twice is shown once
     lines += [f"  - {item.cite()}: {_clip(item.text)}" for item in cited[:MAX_EVIDENCE]]
     if len(cited) > MAX_EVIDENCE:
         lines.append("  " + labels["more"].format(n=len(cited) - MAX_EVIDENCE))
