@@ -122,6 +122,8 @@ class Table:
 
     def plain(self) -> list[str]:
         widths = [max(len(str(row[i])) for row in self.rows + [self.header]) for i in range(len(self.header))]
+        if self.kind == "timeline":  # what happened and its citation run on: a long event does not pad the others
+            widths[-2:] = [0, 0]
         lines = [self.title, "  " + "  ".join(h.ljust(w) for h, w in zip(self.header, widths)).rstrip()]
         for row in self.rows:
             lines.append("  " + "  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip())
@@ -332,7 +334,7 @@ def _timeline_section(report, lang, words) -> list:
     skew = report.incident.skew_s
     title = words["timeline"].format(skew=words["skew"].format(s=f"{skew:g}") if skew is not None else "")
     rows = [(when(entry.event), who(entry.event) or "-", entry.event.role, entry.what[:120],
-             entry.cites + (words["first"] if entry.first else "")) for entry in chosen]
+             f"[{entry.cites}]" + (words["first"] if entry.first else "")) for entry in chosen]
     return [Table(title, words["timeline_header"], rows, [entry.first for entry in chosen], "timeline"), Line()]
 
 
