@@ -14,15 +14,26 @@ import re
 
 # Citations ("[train.log:31]", "[a.log:3, b.log]") do not make a sentence new.
 CITATION = re.compile(r" ?\[[^\[\]\s]+(?::-?\d+)?(?:, [^\[\]\s]+(?::-?\d+)?)*\]")
-# A unit ends a sentence (". ", "。"), or a lead-in ("12 line(s) from rank 0: ",
+# A unit ends a sentence (". ", "。"), or is a lead-in ("12 line(s) from rank 0: ",
 # "rank 1 为何在那里："), which is structure, never a fact said twice.
-_UNIT = re.compile(r"(?<=[.!?] )(?=[A-Z\"“(\[])|(?<=[。！？])|(?<=: )|(?<=：)")
+_UNIT = re.compile(r"(?<=[.!?] )(?=[A-Z\"“(\[])|(?<=[。！？])|(?P<lead>(?<=: )|(?<=：))")
 _PARENTHETICAL = re.compile(r"[(（][^()（）]*[)）][.。]?")
 SHORTEST = 20  # shorter units ("None of them can proceed.") may recur without repeating a fact
 
 
 def units(text: str) -> list[str]:
-    return [u for u in _UNIT.split(text) if u]
+    """The text cut at sentence ends, and at lead-ins outside parentheses (a
+    colon inside one, `(status 12 = IBV_WC_RETRY_EXC_ERR: …)`, leads nothing in)."""
+    depth, at, cuts = 0, 0, []
+    for match in _UNIT.finditer(text):
+        boundary = match.start()
+        for char in text[at:boundary]:
+            depth += (char in "(（") - (char in ")）" and depth > 0)
+        at = boundary
+        if depth == 0 or match.group("lead") is None:
+            cuts.append(boundary)
+    edges = [0, *cuts, len(text)]
+    return [text[a:b] for a, b in zip(edges, edges[1:]) if a < b]
 
 
 def _keys(parts: list[str]) -> list[str]:

@@ -106,3 +106,22 @@ def test_the_checks_catch_what_they_look_for():
     assert not PLURAL.search("(main thread, 2 ranks, 1 class)")
     assert list(sentences(["A fact stated once here. A fact stated once here. [a.log:3]"])) == \
         ["A fact stated once here.", "A fact stated once here."]
+
+
+def test_a_repeated_sentence_is_left_out_and_a_different_fact_kept():
+    from forensics.once import Said
+
+    said = Said()
+    said.add("rank 1: all_reduce #3 ran 600047 ms past its timeout [a.log:6]")
+    said.add("The watchdog saw collective #seq run past its timeout (hung peers, status 12: never acknowledged). "
+             "The rank number is group-local. [a.log:6]")
+    # Everything new gone: a pointer between the lead-in and the id.
+    assert said.unsaid("5 line(s) from rank 2, rank 7: The watchdog saw collective #seq run past its timeout "
+                       "(hung peers, status 12: never acknowledged). The rank number is group-local. (c10d-x)",
+                       "see above") == "5 line(s) from rank 2, rank 7: see above (c10d-x)"
+    # Something new left: the repeat just goes.
+    assert said.unsaid("A new fact about rank 4 here. The rank number is group-local. (c10d-x)", "see above") == \
+        "A new fact about rank 4 here. (c10d-x)"
+    # The same words about another rank are another fact.
+    message = "rank 2: all_reduce #3 ran 600047 ms past its timeout"
+    assert said.unsaid(message, "see above") == message
