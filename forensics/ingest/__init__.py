@@ -453,7 +453,7 @@ def load_incident(paths, plugins, hung: bool = False, jobs: int | None = None,
         where = ", ".join(map(str, paths))
         skipped = sum(1 for d in incident.diagnostics if d.line == 0 and d.severity == "info")
         raise InputError(where, f"nothing here describes a process of a distributed job ({len(facts)} file(s) "
-                                f"read: no rank, communicator, catalogued message or distributed call in them; "
+                                f"read: no rank, communicator, catalogued message or stack dump in them; "
                                 f"{skipped} file(s) skipped)")
     if hung:
         incident = replace(incident, stuck=incident.stuck + (
@@ -462,25 +462,15 @@ def load_incident(paths, plugins, hung: bool = False, jobs: int | None = None,
     return incident
 
 
-_DISTRIBUTED_MARKS = ("torch", "nccl", "gloo", "c10d", "mpi", "horovod", "deepspeed")
-
-
 def _describes_no_process_of_a_job(incident: Incident) -> bool:
-    """Nothing read is about a distributed job: no rank, group, catalogued
-    message, stuck signal, event or communicator, and the stack dumps no rank
-    claims (a stray traceback) show no frame of a distributed library. Such
+    """Nothing read describes a process: no rank, group, catalogued message,
+    stuck signal, event, communicator or stack dump, and no line a reader
+    recognized (files a reader claimed whose lines then held nothing). Such
     input is as unusable as a folder of nothing: exit 2, one line, not an
     empty report."""
-    if incident.ranks or incident.groups or incident.messages or incident.stuck or incident.events \
-            or incident.comm_views:
-        return False
-    for dump in incident.unattributed:
-        for thread in dump.threads:
-            for frame in thread.frames:
-                where = f"{frame.file} {frame.function} {frame.library}".lower()
-                if any(mark in where for mark in _DISTRIBUTED_MARKS):
-                    return False
-    return True
+    return not (incident.ranks or incident.groups or incident.messages or incident.stuck or incident.events
+                or incident.comm_views or incident.unattributed
+                or any(stats.lines > stats.unrecognized for stats in incident.read))
 
 
 def read_artifacts(paths, plugins, jobs: int | None = None, full: bool = False, progress=None, meanwhile=None,

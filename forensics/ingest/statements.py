@@ -39,8 +39,8 @@ def sniff(path: str, head: bytes) -> str | None:
     c10d log reader claims, nor the NCCL RAS report reader: those run the
     catalogue over the lines they read themselves, at no second pass over
     a big log."""
-    if has_nul(head) or looks_binary(head):
-        return None
+    if has_nul(head) or looks_binary(head) or path.endswith((".py", ".pyi")):
+        return None  # Python source quotes these messages as literals: a script, not what a run printed
     if nccl.sniff(path, head) or torchlog.sniff(path, head) or ncclras.sniff(path, head):
         return None
     return KIND if messages.catalogue().mentions(head.decode("utf-8", "replace")) else None
