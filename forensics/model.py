@@ -550,6 +550,9 @@ class Artifact:
     rank_hint: int | None = None
     full: bool = False  # read every line (timelines), not only what the last state needs
     stamped: bool = False  # every line starts with a log collector's timestamp: parsed without them
+    # A launcher prefix (`[rank3]:`): only the lines under it are this artifact, read without it
+    # (a console interleaving several processes' dumps and tracebacks, split by process).
+    lines_of: str = ""
 
 
 @dataclass(frozen=True, slots=True)

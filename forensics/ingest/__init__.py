@@ -13,8 +13,9 @@ from . import stacks, workers
 from .attribution import PidMap, World, attribute, outside_world, rank_from_path
 from .facts import Facts
 from .records import groups_from_comms, infer_members, state_from_records
-from .textio import (InputError, file_size, looks_binary, not_regular, read_head, stamped, take_notes, unstamp,
-                     unstamped_copy)
+from .textio import (HEAD_BYTES, LAUNCHER_PREFIX, InputError, file_size, has_nul, launcher_prefixes,
+                     lines_of_copy, looks_binary, not_regular, read_ends, read_head, stamped, stamped_somewhere, take_notes,
+                     unprefixed, unstamp, unstamped_copy)
 
 __all__ = ["InputError", "discover", "load_incident", "merge", "rank_from_path"]
 
@@ -58,8 +59,7 @@ def discover(paths, plugins, full: bool = False, jobs: int = 1, follow_symlinks:
                                                                                   jobs)):
                 if not kinds or stamps:
                     diagnostics.append(Diagnostic(display, 0, note, "info"))
-                artifacts.extend(Artifact(kind, path, display, rank_from_path(display), full, stamps)
-                                 for kind in kinds)
+                artifacts.extend(_artifacts(kinds, path, display, full, stamps))
         else:
             display = root
             skipped = _unreadable(root)
@@ -71,8 +71,17 @@ def discover(paths, plugins, full: bool = False, jobs: int = 1, follow_symlinks:
                 raise InputError(display, note)
             if stamps:
                 diagnostics.append(Diagnostic(display, 0, note, "info"))
-            artifacts.extend(Artifact(kind, root, display, rank_from_path(display), full, stamps) for kind in kinds)
+            artifacts.extend(_artifacts(kinds, root, display, full, stamps))
     return artifacts, diagnostics
+
+
+def _artifacts(kinds: list[str], path: str, display: str, full: bool, stamps: bool):
+    """One Artifact per kind; a `kind@[rankN]:` kind (`_split_by_process`) is the lines
+    under that prefix, shown as `display[rankN]` (which names its rank)."""
+    for kind in kinds:
+        kind, _, prefix = kind.partition(SPLIT)
+        shown = f"{display}{prefix[:-1]}" if prefix else display
+        yield Artifact(kind, path, shown, rank_from_path(shown), full, stamps, prefix)
 
 
 def _walk(root: str, roots: list[str], follow: bool, prefix: str = ""):
@@ -228,11 +237,78 @@ def _sniff(path: str, display: str, plugins) -> tuple[list[str], str, bool]:
     if stamps:
         head = unstamp(head)
     kinds = plugins.each("forensics_sniff", path=path, head=head)
+    if len(head) >= HEAD_BYTES and _plain_text(head):
+        more, stamped_later = _sniff_beyond_head(path, plugins)
+        kinds += [kind for kind in more if kind not in kinds]
+        stamps = stamps or stamped_later
+    if b"]:" in head or len(head) >= HEAD_BYTES:
+        split = _split_by_process(path, head, plugins, stamps)
+        if split:  # a format read per process is not read whole too: its lines interleave with others'
+            whole = {kind.partition(SPLIT)[0] for kind in split}
+            kinds = [kind for kind in kinds if kind not in whole] + split
     if kinds:
         return kinds, STAMPED if stamps else "", stamps
     if looks_binary(head):
         return [], "binary file, not a recognized artifact: skipped", False
     return [], "not a recognized artifact: skipped", False
+
+
+def _plain_text(head: bytes) -> bool:
+    """Text that is not a structured document (JSON: snapshots, facts, maps), which is known by its head."""
+    if has_nul(head) or looks_binary(head):
+        return False
+    return not head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith((b"{", b"["))
+
+
+def _sniff_beyond_head(path: str, plugins) -> tuple[list[str], bool]:
+    """The kinds the rest of a text file shows: its tail (where a console log
+    ends in watchdog timeouts and tracebacks after hours of training output)
+    and the windows of its middle around lines some reader may claim; and
+    whether the tail's lines carry a collector's timestamps (a job's output
+    stamped from some point on: the stamps are taken off line by line)."""
+    try:
+        _, middle, tail = read_ends(path)
+    except InputError:
+        return [], False
+    kinds: list[str] = []
+    stamps = False
+    for sample in (tail, middle):
+        if not sample:
+            continue
+        if stamped_somewhere(sample):
+            stamps = True
+        if stamps:
+            sample = unstamp(sample)
+        kinds += [k for k in plugins.each("forensics_sniff", path=path, head=sample) if k not in kinds]
+    return kinds, stamps
+
+
+# Formats whose lines make sense only in sequence, one process's: a console
+# interleaving processes under launcher prefixes is read per process for them.
+# (The line readers, c10d, NCCL and the catalogue, take the prefix line by line;
+# the c10d reader also reads the Python tracebacks under each prefix.)
+BLOCK_KINDS = frozenset({"py-spy", "gdb", "pystack", "faulthandler"})
+SPLIT = "@"  # "py-spy@[rank3]:": the kind, read from the lines under that prefix only
+
+
+def _split_by_process(path: str, head: bytes, plugins, stamps: bool) -> list[str]:
+    """`kind@prefix` for every block format the file's prefixed lines hold,
+    once per launcher prefix (`[rank3]:`): two ranks' py-spy dumps or
+    tracebacks interleaved line by line are two dumps."""
+    sample = unstamp(head) if stamps else head
+    if not LAUNCHER_PREFIX.search(sample):
+        try:
+            _, middle, tail = read_ends(path)
+        except InputError:
+            return []
+        sample = unstamp(tail + middle) if stamps else tail + middle
+        if not LAUNCHER_PREFIX.search(sample):
+            return []
+    found = [k for k in plugins.each("forensics_sniff", path=path, head=unprefixed(sample)) if k in BLOCK_KINDS]
+    if not found:
+        return []
+    prefixes = launcher_prefixes(path)
+    return [f"{kind}{SPLIT}{prefix.decode('ascii')}" for kind in found for prefix in prefixes]
 
 
 PARALLEL_BYTES = 4 << 20  # below this much input (and PARALLEL_MIN files), one process is quicker
@@ -242,7 +318,7 @@ CHUNK = 32
 
 
 def _parse_one(artifact, plugins):
-    if artifact.stamped:
+    if artifact.stamped or artifact.lines_of:
         return _parse_unstamped(artifact, plugins)
     take_notes()  # what earlier reads left (sniffing) is not this parse's
     try:
@@ -257,33 +333,79 @@ def _parse_one(artifact, plugins):
 
 
 def _parse_unstamped(artifact, plugins):
-    """A file whose every line starts with a collector's timestamp, parsed
-    as a copy without them (`textio.unstamped_copy`): the same lines, at the
-    same numbers, in the format the parsers know."""
+    """A file whose lines start with a collector's timestamp, or the lines of
+    one process in a console that interleaves several, parsed as a copy
+    without the stamps and the other processes' lines (`textio.filtered_copy`):
+    the same lines, at the same numbers, in the format the parsers know."""
     import shutil
     import tempfile
 
     try:
         folder = tempfile.mkdtemp(prefix="forensics-unstamped-")
     except OSError as exc:
-        return ("error", artifact.display, f"no temporary folder for a copy without its timestamps "
+        return ("error", artifact.display, f"no temporary folder for {_copy_of(artifact)} "
                                            f"({exc.strerror or exc}): file not read", 0)
     try:
         take_notes()
+        where = None
         try:
-            copy = unstamped_copy(artifact.path, folder)
+            if artifact.lines_of:
+                copy, where = lines_of_copy(artifact.path, folder, artifact.lines_of.encode("ascii"),
+                                            artifact.stamped)
+            else:
+                copy = unstamped_copy(artifact.path, folder)
         except InputError as exc:
             return ("error", artifact.display, exc.message, exc.line)
         notes = take_notes()  # the file grew or decompressed past the limit while copied
-        parsed = _parse_one(replace(artifact, path=copy, stamped=False), plugins)
+        parsed = _parse_one(replace(artifact, path=copy, stamped=False, lines_of=""), plugins)
         if isinstance(parsed, tuple):
-            kind, where, message, line = parsed
-            return (kind, artifact.display if where == copy else where, message, line)
+            kind, at, message, line = parsed
+            return (kind, artifact.display if at == copy else at, message, _original_line(line, where))
+        if where is not None:
+            parsed = _renumbered(parsed, where)
         for _, message in notes:
             parsed.diagnostics.append(Diagnostic(artifact.display, 0, message))
         return parsed
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _copy_of(artifact) -> str:
+    return f"a copy of its {artifact.lines_of} lines" if artifact.lines_of else "a copy without its timestamps"
+
+
+def _original_line(line: int, where: list[int] | None) -> int:
+    """A line of a process's copy (`lines_of_copy`) as its number in the file
+    (negative: counted from the copy's end)."""
+    if where is None or not line:
+        return line
+    index = line - 1 if line > 0 else len(where) + line
+    return where[index] if 0 <= index < len(where) else line
+
+
+def _renumbered(value, where: list[int]):
+    """`value` (Facts and the model objects in it) with every Evidence and
+    Diagnostic line of the copy put back at its number in the file."""
+    import dataclasses
+
+    if isinstance(value, (Evidence, Diagnostic)):
+        line = _original_line(value.line, where)
+        return value if line == value.line else replace(value, line=line)
+    if isinstance(value, list):
+        return [_renumbered(v, where) for v in value]
+    if isinstance(value, tuple) and not hasattr(value, "_fields"):
+        return tuple(_renumbered(v, where) for v in value)
+    if isinstance(value, dict):
+        return {k: _renumbered(v, where) for k, v in value.items()}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changes = {}
+        for f in dataclasses.fields(value):
+            old = getattr(value, f.name)
+            new = _renumbered(old, where)
+            if new is not old:
+                changes[f.name] = new
+        return replace(value, **changes) if changes else value
+    return value
 
 
 def _not_read(artifact, how: str, who: str = "the worker process parsing this file"):

@@ -86,8 +86,8 @@ _RANK_VALUE = lazy.regex(r'-?[0-9]{1,9}|"-?[0-9]{1,9}"|\'-?[0-9]{1,9}\'')
 
 # ------------------------------------------------------------------ sniffing
 
-_SNIFF_PROCESS = lazy.regex(rb"Process \d+: [^\n]*\r?\nPython v")
-_SNIFF_THREAD = lazy.regex(rb"Thread (?:0[xX][0-9a-fA-F]+|\d+) \((?:idle|active|active\+gil)\)")
+_SNIFF_PROCESS = lazy.regex(rb"(?m)^[ \t]*Process \d+: [^\n]*\r?\n[ \t]*Python v")
+_SNIFF_THREAD = lazy.regex(rb"(?m)^[ \t]*Thread (?:0[xX][0-9a-fA-F]+|\d+) \((?:idle|active|active\+gil)\)")
 _SNIFF_JSON_START = lazy.regex(rb"\[\s*\{")
 _SNIFF_JSON_KEY = lazy.regex(rb'"(thread_id|frames|owns_gil|os_thread_id|short_filename)"\s*:')
 
@@ -95,8 +95,8 @@ _SNIFF_JSON_KEY = lazy.regex(rb'"(thread_id|frames|owns_gil|os_thread_id|short_f
 def sniff(path: str, head: bytes) -> str | None:
     """The kind of a py-spy dump, judged by content; None for anything else.
 
-    Text must open with `Process N: ...` + `Python v...`, or straight with a
-    `Thread N (idle|active|active+gil)` line when the header was lost. gdb's
+    Text must hold, at the start of a line, `Process N: ...` + `Python v...`,
+    or a `Thread N (idle|active|active+gil)` line when the header was lost. gdb's
     `Thread 2 (Thread 0x7f... (LWP 12))` never matches that. JSON must be a list
     of objects carrying py-spy's own keys: Flight Recorder dumps and our
     snapshots are objects, and FR entries have thread_id and frames but not
@@ -118,8 +118,8 @@ def sniff(path: str, head: bytes) -> str | None:
                                                                   b"short_filename"}:
             return KIND_JSON
         return None
-    if _SNIFF_PROCESS.match(text) or _SNIFF_THREAD.match(text):
-        return KIND
+    if b"Python v" in text and _SNIFF_PROCESS.search(text) or b"Thread " in text and _SNIFF_THREAD.search(text):
+        return KIND  # wherever the dump starts: pasted into a console log after hours of output
     return None
 
 
@@ -612,6 +612,8 @@ class _TextReader:
         process.ranks.append(block.rank)
 
     def _unrecognized(self, line_no: int, line: str) -> None:
+        if self.current is None:
+            return  # before the first dump: the lines of the console the dump was pasted into
         self.unrecognized += 1
         self.last_bad = line_no
         if self.unrecognized <= MAX_LINE_DIAGNOSTICS:

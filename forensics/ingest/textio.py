@@ -258,6 +258,97 @@ def read_head(path: str, size: int = HEAD_BYTES) -> bytes:
         raise InputError(path, f"cannot read: {_reason(exc)}") from None
 
 
+TAIL_BYTES = 64 * 1024
+MIDDLE_SCAN_BYTES = 64 << 20   # a text file up to this size is searched whole for the readers' markers
+MIDDLE_HITS = 16               # windows kept per marker from the middle of a file
+MIDDLE_WINDOW = 4096           # bytes kept around each hit (a block format's lines after its marker)
+
+
+def read_ends(path: str, size: int = HEAD_BYTES) -> tuple[bytes, bytes, bytes]:
+    """(head, middle, tail) of a file, decompressed: its first `size` bytes,
+    windows around the lines of its middle that hold one of MARKERS (first
+    hits of each, for files up to MIDDLE_SCAN_BYTES), and its last TAIL_BYTES
+    from a line start. A file that fits in the head has no middle or tail.
+    Evidence is where it stands: a console log ends in its watchdog lines
+    after hours of training output, a pasted dump sits in the middle."""
+    try:
+        with open_binary(path) as handle:
+            head = handle.read(size)
+            if len(head) < size:
+                return head, b"", b""
+            known = getattr(handle, "size_at_open", None)
+            if known is not None and known <= MIDDLE_SCAN_BYTES:
+                rest = read_at_most(handle, known - size)
+            elif known is not None:  # a big plain file: its tail only, by seeking
+                handle.seek(max(size, known - TAIL_BYTES))
+                rest = read_at_most(handle, TAIL_BYTES)
+                return head, b"", _from_line_start(rest)
+            else:  # compressed: streamed, keeping what the scan can afford
+                rest = _stream_rest(handle)
+    except STREAM_ERRORS as exc:
+        raise InputError(path, f"cannot read: {_reason(exc)}") from None
+    tail = _from_line_start(rest[-TAIL_BYTES:]) if len(rest) > TAIL_BYTES else rest
+    middle = _marked_windows(rest[:-TAIL_BYTES]) if len(rest) > TAIL_BYTES else b""
+    return head, middle, tail
+
+
+def _stream_rest(handle) -> bytes:
+    kept = bytearray()
+    while True:
+        chunk = handle.read(_STEP)
+        if not chunk:
+            return bytes(kept)
+        kept += chunk
+        if len(kept) > MIDDLE_SCAN_BYTES + TAIL_BYTES:  # past the scan: only the tail is worth keeping
+            del kept[:len(kept) - TAIL_BYTES]
+
+
+def _from_line_start(data: bytes) -> bytes:
+    cut = data.find(b"\n")
+    return data[cut + 1:] if 0 <= cut < len(data) - 1 else data
+
+
+# What marks a line some reader may claim, whatever format it starts: NCCL's
+# INFO/WARN lines, c10d and ProcessGroup lines, tracebacks, faulthandler,
+# py-spy, gdb and pystack dumps, desync and analyzer reports, launchers'
+# summaries. Only a prefilter: the sniffers decide on the windows it keeps.
+MARKERS = (b" NCCL INFO ", b" NCCL WARN ", b"ProcessGroup", b"Watchdog caught", b"torch/distributed",
+           b"torch.distributed", b"c10d", b"Traceback (most recent call last)", b"Fatal Python error",
+           b"Current thread 0x", b"Thread 0x", b"(LWP ", b"Python v", b"Traceback for thread", b"collective",
+           b"ChildFailedError", b"NCCL error", b"ncclInternalError", b"ncclSystemError", b"ncclRemoteError",
+           b"Stalled", b"Missing ranks", b"RAS", b"Gloo", b"gloo", b"Connection closed by peer", b"Timed out",
+           b"timed out", b"[Rank ", b"terminate called", b"Signal ", b"signal ", b"CUDA error", b"OOM",
+           b"Killed process")
+
+
+def _marked_windows(data: bytes) -> bytes:
+    """Windows around the first MIDDLE_HITS lines of `data` holding each marker, in file order, merged."""
+    spans: list[tuple[int, int]] = []
+    for marker in MARKERS:
+        at = data.find(marker)
+        hits = 0
+        while at >= 0 and hits < MIDDLE_HITS:
+            start = data.rfind(b"\n", 0, at) + 1
+            end = min(len(data), start + MIDDLE_WINDOW)
+            spans.append((start, end))
+            hits += 1
+            at = data.find(marker, end)
+    if not spans:
+        return b""
+    spans.sort()
+    merged = [list(spans[0])]
+    for start, end in spans[1:]:
+        if start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    pieces = []
+    for start, end in merged:
+        stop = data.rfind(b"\n", start, end)  # whole lines only
+        pieces.append(data[start:stop + 1 if stop > start else end])
+    return b"".join(pieces)
+
+
 def read_bytes(path: str, limit: int | None = None) -> bytes:
     """The file's bytes (decompressed), at most `limit` of them; of a
     plain file, at most the bytes it had when opened (`read_at_most`)."""
@@ -394,23 +485,98 @@ def stamped(head: bytes) -> bool:
     return hits >= _STAMP_SHARE * len(lines)
 
 
+_STAMPED_RUN = 10  # stamped lines that make a sample's stamps a collector's, wherever they start
+
+
+def stamped_somewhere(sample: bytes) -> bool:
+    """Whether a run of a collector's timestamps starts lines somewhere in
+    `sample` (a tail or middle window of a file whose head was the job's own
+    output: the stamps began when the collector did)."""
+    return len(_STAMPS.findall(sample, 0, len(sample))) >= _STAMPED_RUN if b"Z " in sample else False
+
+
 def unstamp(data: bytes) -> bytes:
     """`data` (whole lines, or a head) without the collectors' timestamps at the start of each line."""
     return _STAMPS.sub(b"", data)
 
 
+# A launcher's prefix naming the process a line came from: torchrun --tee's
+# `[rank3]:` (a global rank) or `[default3]:` (the role's local rank).
+LAUNCHER_PREFIX = re.compile(rb"(?m)^\[(rank|default)(\d{1,7})\]:")
+MAX_PREFIXED_PROCESSES = 256  # a file interleaving more processes than this is not split by process
+
+
+def unprefixed(data: bytes) -> bytes:
+    """`data` without the launchers' `[rankN]:` / `[defaultN]:` at the start of each line."""
+    return LAUNCHER_PREFIX.sub(b"", data)
+
+
+def launcher_prefixes(path: str) -> list[bytes]:
+    """The distinct launcher prefixes (`[rank3]:`) starting lines of the file, in order of
+    rank; empty when there are more than MAX_PREFIXED_PROCESSES (not a console split by process)."""
+    found: set[bytes] = set()
+    try:
+        with open_binary(path) as handle:
+            carry = b""
+            while True:
+                chunk = handle.read(_STEP)
+                if not chunk:
+                    break
+                chunk = carry + chunk
+                cut = chunk.rfind(b"\n") + 1
+                found.update(m.group(0) for m in LAUNCHER_PREFIX.finditer(chunk, 0, cut))
+                carry = chunk[cut:][-4096:]
+                if len(found) > MAX_PREFIXED_PROCESSES:
+                    return []
+    except STREAM_ERRORS:
+        return []
+    return sorted(found, key=lambda p: (p.startswith(b"[default"), int(re.sub(rb"\D", b"", p))))
+
+
+def lines_of_copy(path: str, folder: str, prefix: bytes, stamps: bool) -> tuple[str, list[int]]:
+    """A copy in `folder` of the lines of one process in a console that
+    interleaves several: those under launcher `prefix`, without it (and
+    without collectors' stamps where `stamps`), in their order; and for each
+    line of the copy (1-based: index 0 is line 1) its number in the file."""
+    name = re.sub(r"\.(?:gz|zst|zstd)$", "", os.path.basename(path)) or "log"
+    copy = os.path.join(folder, name)
+    where: list[int] = []
+    cut = len(prefix)
+    try:
+        with open(copy, "wb") as out, open_binary(path) as source:
+            data = read_at_most(source, _UNLIMITED)
+            kept = []
+            for number, line in enumerate(data.split(b"\n"), 1):
+                if stamps and line[:1].isdigit():
+                    line = unstamp(line)
+                if line.startswith(prefix):
+                    kept.append(line[cut:])
+                    where.append(number)
+            out.write(b"\n".join(kept) + b"\n")
+    except STREAM_ERRORS as exc:
+        raise InputError(path, f"cannot read it or write the copy it is read from: {_reason(exc)}") from None
+    return copy, where
+
+
 def unstamped_copy(path: str, folder: str) -> str:
     """A copy of a stamped file in `folder`, decompressed and without the
-    stamps; its lines keep their numbers, so what a reader cites of the
-    copy is where it stands in the file. Read as `read_bytes` reads (up to
-    the size a plain file had when opened, a compressed one up to the
-    limit), in steps of whole lines."""
+    stamps (`filtered_copy`)."""
+    return filtered_copy(path, folder, unstamp)
+
+
+def filtered_copy(path: str, folder: str, transform) -> str:
+    """A copy of a file in `folder`, decompressed, each run of whole lines
+    passed through `transform` (which keeps their number: it changes lines,
+    never adds or drops one), so what a reader cites of the copy is where it
+    stands in the file. Read as `read_bytes` reads (up to the size a plain
+    file had when opened, a compressed one up to the limit), in steps of
+    whole lines."""
     name = re.sub(r"\.(?:gz|zst|zstd)$", "", os.path.basename(path)) or "log"
     copy = os.path.join(folder, name)
     try:
         out = open(copy, "wb")
     except OSError as exc:
-        raise InputError(path, f"cannot write its copy without timestamps: {_reason(exc)}") from None
+        raise InputError(path, f"cannot write the copy it is read from: {_reason(exc)}") from None
     try:
         with out:
             with open_binary(path) as source:
@@ -431,14 +597,14 @@ def unstamped_copy(path: str, folder: str) -> str:
                         chunk, mid = chunk[end:], False
                     chunk = carry + chunk
                     cut = chunk.rfind(b"\n") + 1
-                    out.write(unstamp(chunk[:cut]))
+                    out.write(transform(chunk[:cut]))
                     carry = chunk[cut:]
                     if len(carry) > 4 * _STEP:
-                        out.write(unstamp(carry))
+                        out.write(transform(carry))
                         carry, mid = b"", True
-                out.write(unstamp(carry))
+                out.write(transform(carry))
     except STREAM_ERRORS as exc:
-        raise InputError(path, f"cannot read it or write its copy without timestamps: {_reason(exc)}") from None
+        raise InputError(path, f"cannot read it or write the copy it is read from: {_reason(exc)}") from None
     return copy
 
 
