@@ -71,19 +71,24 @@ def main():
     parser.add_argument("--keep")
     parser.add_argument("--full-mb", type=int, default=256)
     parser.add_argument("--repeat", type=int, default=3, help="alternating runs of each tool")
+    parser.add_argument("--console", action="store_true",
+                        help="each rank's console instead (NCCL INFO lines, then c10d's watchdog timeouts on "
+                             "every rank but 5): no --hung, the verdict must come from the logs themselves")
     args = parser.parse_args()
     folder = os.path.abspath(args.keep or tempfile.mkdtemp(prefix="fx-logs-"))
-    if not glob.glob(os.path.join(folder, "nccl.*")):
+    pattern = "rank*.console.log" if args.console else "nccl.*"
+    if not glob.glob(os.path.join(folder, pattern)):
         subprocess.run([sys.executable, os.path.join(HERE, "gen_nccl_logs.py"), folder, "--ranks",
-                        str(args.ranks), "--size", args.size, "--per-rank-files"], check=True)
-    files = sorted(glob.glob(os.path.join(folder, "nccl.*")))
+                        str(args.ranks), "--size", args.size,
+                        "--console" if args.console else "--per-rank-files"], check=True)
+    files = sorted(glob.glob(os.path.join(folder, pattern)))
     size = sum(os.path.getsize(f) for f in files)
     env = {**os.environ, "FORENSICS_DISABLE_PLUGIN_AUTOLOAD": "1"}
     where, what = run_folder(tempfile.gettempdir())
     print(f"forensics runs as {sys.executable} -m forensics: {what}")
     # Piped: GNU grep stops at the first match when its stdout is /dev/null.
-    grep_cmd = ["bash", "-c", f"cd {folder} && grep -c opCount -- nccl.* | cat > /dev/null"]
-    cmd = [sys.executable, "-m", "forensics", "analyze", folder, "--hung", "-f", "json"]
+    grep_cmd = ["bash", "-c", f"cd {folder} && grep -c opCount -- {pattern} | cat > /dev/null"]
+    cmd = [sys.executable, "-m", "forensics", "analyze", folder, "-f", "json"] + ([] if args.console else ["--hung"])
     # Alternating runs, so neither tool is the one that warms the page cache.
     grep_times, our_times, grep_cpu, our_cpu = [], [], [], []
     for _ in range(args.repeat):
@@ -100,6 +105,8 @@ def main():
     print(f"runs (s): forensics {', '.join(f'{t:.2f}' for t in our_times)}; "
           f"grep {', '.join(f'{t:.2f}' for t in grep_times)}; medians below")
     report = json.loads(ours.stdout)
+    if args.console and (report["verdict"], report["culprit_ranks"]) != ("missing_rank", [5]):
+        raise SystemExit(f"wrong verdict: {report['verdict']} {report['culprit_ranks']} (missing_rank [5] is right)")
     rss = peak_rss_mb(cmd, env, where)
     print(f"{len(files)} files, {size / 1e9:.2f} GB, {os.cpu_count()} CPUs")
     print(f"{'tool':22} {'seconds':>8} {'CPU s':>7} {'MB/s':>9} {'peak RSS':>9}")
@@ -123,7 +130,7 @@ def main():
     print(f"ratio tail-read forensics / grep: {ours_s / grep_s:.2f}x of the medians; per interleaved pair: "
           f"median {statistics.median(pairs):.2f}x, range {pairs[0]:.2f}-{pairs[-1]:.2f}x")
     runs = lambda times: ", ".join(f"{t:.2f}" for t in sorted(times))  # noqa: E731
-    record("bench_logs", ["tool", "input", "seconds (median)", "all runs s", "MB/s", "peak RSS MB", "verdict"],
+    record("bench_logs_console" if args.console else "bench_logs", ["tool", "input", "seconds (median)", "all runs s", "MB/s", "peak RSS MB", "verdict"],
            [["forensics analyze --hung (tail mode)", f"{len(files)} files, {size / 1e9:.2f} GB", round(ours_s, 2),
              runs(our_times), round(size / 1e6 / ours_s), round(rss), f"{report['verdict']} {report['culprit_ranks']}"],
             ["grep -c opCount", f"{len(files)} files, {size / 1e9:.2f} GB", round(grep_s, 2), runs(grep_times),

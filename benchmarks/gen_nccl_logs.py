@@ -115,9 +115,22 @@ class _Rank:
         return out
 
 
+def timeout_lines(rank: int, seq: int, numel: int) -> list[str]:
+    """What torch 2.2-2.13 prints on a rank's stderr when its watchdog gives up
+    on collective #seq of the default group (ProcessGroupNCCL.cpp)."""
+    return [
+        f"[rank{rank}]:[E1206 03:14:15.926535897 ProcessGroupNCCL.cpp:616] [Rank {rank}] Watchdog caught "
+        f"collective operation timeout: WorkNCCL(SeqNum={seq}, OpType=ALLREDUCE, NumelIn={numel}, "
+        f"NumelOut={numel}, Timeout(ms)=600000) ran for 600047 milliseconds before timing out.\n",
+        f"[rank{rank}]:[E1206 03:14:15.926771384 ProcessGroupNCCL.cpp:1785] [PG ID 0 PG GUID 0(default_pg) "
+        f"Rank {rank}] Exception (either an error or timeout) detected by watchdog at work: {seq}, last enqueued "
+        f"NCCL work: {seq}, last completed NCCL work: {seq - 1}.\n",
+    ]
+
+
 def generate(out: str, ranks: int = 8, size: int = 8 << 20, per_node: int = 4,
              stop_rank: int | None = 5, stop_at: float = 0.9, per_rank_files: bool = False,
-             compress: bool = False, seed: int = 0, coll_share: bool = False) -> dict:
+             compress: bool = False, seed: int = 0, coll_share: bool = False, console: bool = False) -> dict:
     """Write the log(s) of `ranks` ranks, about `size` bytes per rank.
 
     With `coll_share`, the share counts COLL lines only: the init lines of
@@ -137,7 +150,11 @@ def generate(out: str, ranks: int = 8, size: int = 8 << 20, per_node: int = 4,
     limits = {r.rank: int(size * (stop_at if r.rank == stop_rank else 1.0)) for r in rows}
     opener = (lambda p: gzip.open(p, "wb", compresslevel=1)) if compress else (lambda p: open(p, "wb"))
     suffix = ".gz" if compress else ""
-    if per_rank_files:
+    if console:  # each rank's console (torchrun --tee, a pod's log): NCCL INFO, then c10d's timeout
+        per_rank_files = True
+        os.makedirs(out, exist_ok=True)
+        paths = [os.path.join(out, f"rank{r.rank}.console.log{suffix}") for r in rows]
+    elif per_rank_files:
         os.makedirs(out, exist_ok=True)
         paths = [os.path.join(out, f"nccl.{r.host}.{r.pid}.log{suffix}") for r in rows]
     else:
@@ -175,6 +192,10 @@ def generate(out: str, ranks: int = 8, size: int = 8 << 20, per_node: int = 4,
                         r.stopped = True
             live = [r for r in live if not r.stopped]
             step += 1
+        if console:  # the ranks that reached the last call time out in it; the stopped rank says nothing
+            for r in rows:
+                if r.rank != stop_rank:
+                    emit(r.rank, timeout_lines(r.rank, r.world_ops, 18816))
         for index, bucket in enumerate(pending):
             handles[index].write("".join(bucket).encode())
     finally:
@@ -199,10 +220,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--gzip", action="store_true")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--coll-share", action="store_true", help="--size counts COLL lines only, not init lines")
+    ap.add_argument("--console", action="store_true",
+                    help="one console per rank (rankN.console.log): its NCCL lines, then c10d's watchdog "
+                         "timeout on every rank but --stop-rank")
     args = ap.parse_args(argv)
     made = generate(args.out, args.ranks, _size(args.size), args.per_node,
                     args.stop_rank if args.stop_rank >= 0 else None, args.stop_at,
-                    args.per_rank_files, args.gzip, args.seed, args.coll_share)
+                    args.per_rank_files, args.gzip, args.seed, args.coll_share, args.console)
     for path in made["paths"]:
         print(path)
 

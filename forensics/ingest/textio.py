@@ -259,16 +259,18 @@ def read_head(path: str, size: int = HEAD_BYTES) -> bytes:
 
 
 TAIL_BYTES = 64 * 1024
-MIDDLE_SCAN_BYTES = 64 << 20   # a text file up to this size is searched whole for the readers' markers
+MIDDLE_SCAN_BYTES = 8 << 20    # a text file up to this size is searched whole for the readers' markers
 MIDDLE_HITS = 16               # windows kept per marker from the middle of a file
 MIDDLE_WINDOW = 4096           # bytes kept around each hit (a block format's lines after its marker)
+LATE_SCAN_BYTES = 4 << 20      # of a bigger file, this much before its tail is searched for the last hits
 
 
 def read_ends(path: str, size: int = HEAD_BYTES) -> tuple[bytes, bytes, bytes]:
     """(head, middle, tail) of a file, decompressed: its first `size` bytes,
     windows around the lines of its middle that hold one of MARKERS (first
-    hits of each, for files up to MIDDLE_SCAN_BYTES), and its last TAIL_BYTES
-    from a line start. A file that fits in the head has no middle or tail.
+    hits of each, for files up to MIDDLE_SCAN_BYTES; of a bigger plain file,
+    the last hit of each in the LATE_SCAN_BYTES before its tail), and its
+    last TAIL_BYTES from a line start. A file that fits in the head has no middle or tail.
     Evidence is where it stands: a console log ends in its watchdog lines
     after hours of training output, a pasted dump sits in the middle."""
     try:
@@ -279,10 +281,13 @@ def read_ends(path: str, size: int = HEAD_BYTES) -> tuple[bytes, bytes, bytes]:
             known = getattr(handle, "size_at_open", None)
             if known is not None and known <= MIDDLE_SCAN_BYTES:
                 rest = read_at_most(handle, known - size)
-            elif known is not None:  # a big plain file: its tail only, by seeking
-                handle.seek(max(size, known - TAIL_BYTES))
-                rest = read_at_most(handle, TAIL_BYTES)
-                return head, b"", _from_line_start(rest)
+            elif known is not None:  # a big plain file: its tail, and the last marked lines before it
+                start = max(size, known - LATE_SCAN_BYTES)
+                handle.seek(start)
+                rest = _from_line_start(read_at_most(handle, known - start)) if start > size else \
+                    read_at_most(handle, known - start)
+                tail = _from_line_start(rest[-TAIL_BYTES:])
+                return head, _marked_windows(rest[:-TAIL_BYTES], last=True), tail
             else:  # compressed: streamed, keeping what the scan can afford
                 rest = _stream_rest(handle)
     except STREAM_ERRORS as exc:
@@ -321,10 +326,17 @@ MARKERS = (b" NCCL INFO ", b" NCCL WARN ", b"ProcessGroup", b"Watchdog caught", 
            b"Killed process")
 
 
-def _marked_windows(data: bytes) -> bytes:
-    """Windows around the first MIDDLE_HITS lines of `data` holding each marker, in file order, merged."""
+def _marked_windows(data: bytes, last: bool = False) -> bytes:
+    """Windows around the first MIDDLE_HITS lines of `data` holding each marker
+    (with `last`, around the last such line of each), in file order, merged."""
     spans: list[tuple[int, int]] = []
     for marker in MARKERS:
+        if last:
+            at = data.rfind(marker)
+            if at >= 0:
+                start = data.rfind(b"\n", 0, at) + 1
+                spans.append((start, min(len(data), start + MIDDLE_WINDOW)))
+            continue
         at = data.find(marker)
         hits = 0
         while at >= 0 and hits < MIDDLE_HITS:

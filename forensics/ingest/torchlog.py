@@ -74,7 +74,7 @@ from ..model import (DEFAULT_GROUP, MAX_RANKS, CommOp, Evidence, GroupProgress, 
 from .facts import Facts
 from .cache import BoundedCache as _Cache
 from .grammar import parser
-from .textio import STREAM_ERRORS, InputError, has_nul, looks_binary, open_binary
+from .textio import STREAM_ERRORS, InputError, compression, file_size, has_nul, looks_binary, open_binary
 
 KIND = "torch-log"
 SOURCE = "torch"
@@ -158,9 +158,19 @@ def _crash_report(head: bytes) -> bool:
             or b"terminate called after throwing an instance of 'c10::" in head)
 
 
+BIG_FILE = 16 << 20    # a plain log larger than this is read as its head and its tail
+BIG_HEAD = 256 << 10   # init lines: the job's ranks, groups, hosts
+BIG_TAIL = 256 << 10   # where it stopped: timeouts, desync reports, exceptions, exits; grown while
+BIG_TAIL_MOST = 16 << 20  # it holds nothing of c10d's (a console whose last hours are NCCL INFO lines)
+_C10D_MARKS = (b"ProcessGroup", b"c10d", b"Watchdog", b"Traceback", b"torch.distributed", b"terminate called",
+               b"Desync", b"NCCL error", b"ChildFailedError")
+
+
 def parse(path: str, display: str) -> Facts:
     facts = Facts(KIND, display)
-    lines = _lines(path, display, facts)
+    size = file_size(path)
+    lines = _ends(path, display, facts, size) if size > BIG_FILE and not compression(path) else \
+        _lines(path, display, facts)
     head = list(itertools.islice(lines, LABEL_HEAD_LINES))
     reader = _Reader(facts, display, labelled=labelled([data for _, data in head if data is not None]))
     for line_no, data in itertools.chain(head, lines):
@@ -210,6 +220,42 @@ def _lines(path: str, display: str, facts: Facts):
             line_no += 1
             facts.lines_read += 1
             yield line_no, data
+
+
+def _ends(path: str, display: str, facts: Facts, size: int):
+    """The head and the tail of a big plain log, as `_lines` gives lines: the
+    head's lines numbered from 1, the tail's counted back from the end (-1
+    the last), without the NCCL INFO lines among them (the NCCL reader's).
+    The tail grows (256 KiB, 1, 4, 16 MiB) until it holds a c10d line. Hours
+    of a console are never read whole: what a c10d verdict needs is at its
+    two ends, whatever its size."""
+    try:
+        with open_binary(path) as handle:
+            head = handle.read(BIG_HEAD)
+            want = BIG_TAIL
+            while True:
+                handle.seek(max(len(head), size - want))
+                tail = handle.read(want)
+                if want >= BIG_TAIL_MOST or len(head) + len(tail) >= size \
+                        or any(mark in tail for mark in _C10D_MARKS):
+                    break
+                want *= 4
+    except STREAM_ERRORS as exc:
+        raise InputError(display, f"cannot read: {exc.__class__.__name__}: {exc}"[:200]) from None
+    head = head[:head.rfind(b"\n") + 1]
+    tail = tail[tail.find(b"\n") + 1:]
+    facts.diag(0, f"{size - len(head) - len(tail):,} bytes between this log's first {len(head) >> 10:,} KiB and "
+                  f"its last {len(tail) >> 10:,} KiB were not read by the c10d reader (lines of the tail are "
+                  f"numbered back from the end, -1 being the last)", "info")
+    for number, data in enumerate(head.splitlines(keepends=True), 1):
+        facts.lines_read += 1
+        if b" NCCL INFO " not in data:
+            yield number, data if len(data) <= MAX_LINE else None
+    lines = tail.splitlines(keepends=True)
+    for number, data in enumerate(lines, -len(lines)):
+        facts.lines_read += 1
+        if b" NCCL INFO " not in data:
+            yield number, data if len(data) <= MAX_LINE else None
 
 
 # ---------------------------------------------------------------- masking
