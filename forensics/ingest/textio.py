@@ -262,7 +262,7 @@ TAIL_BYTES = 64 * 1024
 MIDDLE_SCAN_BYTES = 8 << 20    # a text file up to this size is searched whole for the readers' markers
 MIDDLE_HITS = 16               # windows kept per marker from the middle of a file
 MIDDLE_WINDOW = 4096           # bytes kept around each hit (a block format's lines after its marker)
-LATE_SCAN_BYTES = 4 << 20      # of a bigger file, this much before its tail is searched for the last hits
+LATE_SCAN_BYTES = 1 << 20      # of a bigger file, this much before its tail is searched for the last hits
 
 
 def read_ends(path: str, size: int = HEAD_BYTES) -> tuple[bytes, bytes, bytes]:
