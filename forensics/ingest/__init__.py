@@ -13,11 +13,11 @@ from . import stacks, workers
 from .attribution import PidMap, World, attribute, outside_world, rank_from_path
 from .facts import Facts
 from .records import groups_from_comms, infer_members, state_from_records
-from .textio import (HEAD_BYTES, LAUNCHER_PREFIX, InputError, file_size, has_nul, launcher_prefixes,
+from .textio import (HEAD_BYTES, LAUNCHER_PREFIX, InputError, NothingReadable, file_size, has_nul, launcher_prefixes,
                      lines_of_copy, looks_binary, not_regular, read_ends, read_head, stamped, stamped_somewhere, take_notes,
                      unprefixed, unstamp, unstamped_copy)
 
-__all__ = ["InputError", "discover", "load_incident", "merge", "rank_from_path"]
+__all__ = ["InputError", "NothingReadable", "discover", "load_incident", "merge", "rank_from_path"]
 
 _SKIP_DIRS = {".git", "__pycache__", ".hg", ".svn"}
 
@@ -246,6 +246,9 @@ def _sniff(path: str, display: str, plugins) -> tuple[list[str], str, bool]:
         if split:  # a format read per process is not read whole too: its lines interleave with others'
             whole = {kind.partition(SPLIT)[0] for kind in split}
             kinds = [kind for kind in kinds if kind not in whole] + split
+    if not kinds and _plain_text(head):  # a rank's console no reader recognizes: its last words
+        from . import console
+        kinds = [kind for kind in (console.sniff(path, head),) if kind]
     if kinds:
         return kinds, STAMPED if stamps else "", stamps
     if looks_binary(head):
@@ -569,12 +572,12 @@ def load_incident(paths, plugins, hung: bool = False, jobs: int | None = None,
         if errors:
             raise errors[0]
         where = ", ".join(map(str, paths))
-        raise InputError(where, f"no recognizable artifacts ({len(diagnostics)} file(s) skipped)")
+        raise NothingReadable(where, f"no recognizable artifacts ({len(diagnostics)} file(s) skipped)")
     incident = merge(facts, tuple(artifacts), diagnostics + plugins.diagnostics)
     if _describes_no_process_of_a_job(incident):
         where = ", ".join(map(str, paths))
         skipped = sum(1 for d in incident.diagnostics if d.line == 0 and d.severity == "info")
-        raise InputError(where, f"nothing here describes a process of a distributed job ({len(facts)} file(s) "
+        raise NothingReadable(where, f"nothing here describes a process of a distributed job ({len(facts)} file(s) "
                                 f"read: no rank, communicator, catalogued message or stack dump in them; "
                                 f"{skipped} file(s) skipped)")
     if hung:
@@ -653,6 +656,7 @@ def merge(facts: list[Facts], artifacts: tuple = (), diagnostics=()) -> Incident
     stated = PidMap()
     listed: dict[int, tuple[str, int, Evidence]] = {}  # rank → where an artifact says it exists
     messages: dict[tuple, m.MessageHit] = {}  # one hit per (entry, file, line), whichever reader saw it
+    last_words: dict[int, m.RankState] = {}  # rank → its consoles' last lines (forensics.ingest.console)
     world = _world_size(facts, diagnostics)
     for index in order:
         item = facts[index]
@@ -678,6 +682,10 @@ def merge(facts: list[Facts], artifacts: tuple = (), diagnostics=()) -> Incident
             if outside_world(world, state.rank, where.path if where else item.path, where.line if where else 0,
                              f"this {item.kind}", diagnostics):
                 continue
+            if state.last_words or state.last_progress is not None:
+                _add_last_words(last_words, state)
+                if _only_last_words(state):
+                    continue
             ranks[state.rank] = _combine(ranks.get(state.rank), state)
         for group in item.groups:
             known = groups.get(group.id)
@@ -701,6 +709,7 @@ def merge(facts: list[Facts], artifacts: tuple = (), diagnostics=()) -> Incident
         _merge_records(records, comm_members, stated, learned, ranks, groups, diagnostics, world)
     if rings:
         _attach_rings(rings, groups)
+    _keep_last_words(ranks, last_words, listed)
     _add_silent_ranks(ranks, groups, listed, world)
     if world is not None:
         messages = _messages_inside(messages, world, diagnostics)
@@ -883,6 +892,53 @@ def _add_silent_ranks(ranks: dict, groups: dict, listed: dict, world: World | No
                                       + where + (f" as pid {pid}" if pid is not None else ""))
 
 
+LAST_PRINTED = "last printed"  # the `why` of a rank known only from its console's last lines
+MAX_LAST_WORDS = 10  # a rank's last lines kept over all its consoles
+
+
+def _add_last_words(found: dict, state: m.RankState) -> None:
+    """A console's last lines and progress line for its rank, joined with
+    those of the rank's other consoles: the lines kept in file order, the
+    progress line whose time is latest (else the one read last)."""
+    known = found.get(state.rank)
+    if known is None:
+        found[state.rank] = m.RankState(rank=state.rank, last_words=state.last_words,
+                                        last_progress=state.last_progress)
+        return
+    progress = known.last_progress
+    if state.last_progress is not None and (progress is None or _later(state.last_progress, progress)):
+        progress = state.last_progress
+    found[state.rank] = replace(known, last_words=(known.last_words + state.last_words)[-MAX_LAST_WORDS:],
+                                last_progress=progress)
+
+
+def _later(one: Evidence, other: Evidence) -> bool:
+    from ..clock import stamp
+
+    a, b = stamp(one.text), stamp(other.text)
+    return a is None or b is None or a[1] != b[1] or a[0] >= b[0]
+
+
+def _only_last_words(state: m.RankState) -> bool:
+    return replace(state, last_words=(), last_progress=None) == m.RankState(rank=state.rank)
+
+
+def _keep_last_words(ranks: dict, found: dict, listed: dict) -> None:
+    """Each rank's consoles' last lines onto its state. A rank nothing else
+    describes is known by them: it printed this last, and is no longer a
+    rank no artifact describes."""
+    for rank, said in found.items():
+        state = ranks.get(rank)
+        if state is not None:
+            ranks[rank] = replace(state, last_words=said.last_words, last_progress=said.last_progress)
+            continue
+        last = said.last_words[-1] if said.last_words else said.last_progress
+        host, pid, _ = listed.get(rank, ("", None, None))
+        text = last.text if len(last.text) <= 100 else last.text[:99] + "…"
+        ranks[rank] = m.RankState(rank=rank, host=host, pid=pid, evidence=last, why=f"{LAST_PRINTED} {text!r}",
+                                  last_words=said.last_words, last_progress=said.last_progress)
+
+
 def _attach_rings(rings, groups) -> None:
     """NCCL rings (communicator ranks) onto their groups, in global ranks,
     one per channel; only for groups whose every member is known."""
@@ -931,7 +987,8 @@ def _combine(old: m.RankState | None, new: m.RankState) -> m.RankState:
     if old is None:
         return new
     updates = {}
-    for name in ("host", "pid", "alive", "threads", "stack", "streams", "events", "evidence"):
+    for name in ("host", "pid", "alive", "threads", "stack", "streams", "events", "evidence", "last_words",
+                 "last_progress"):
         if not getattr(new, name) and getattr(old, name):
             updates[name] = getattr(old, name)
     if new.activity == m.UNKNOWN:

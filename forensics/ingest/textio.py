@@ -50,6 +50,11 @@ class InputError(Exception):
         super().__init__(f"{where}: {message}")
 
 
+class NothingReadable(InputError):
+    """Input in which nothing describes a process: no file any reader claims,
+    or files whose claimed lines held nothing (exit 2 all the same)."""
+
+
 _KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
           (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a folder"))
 
