@@ -451,6 +451,11 @@ class RankState:
     # torch's Gloo Flight Recorder records no point-to-point call): when
     # nothing else shows where the rank is, it may be in one of them.
     unrecorded: tuple[str, ...] = ()
+    # What the rank's own console printed last where no reader recognizes its
+    # lines (forensics.ingest.console): its last lines, oldest first, and its
+    # last progress line (a step, iteration, epoch, loss or progress-bar line).
+    last_words: tuple[Evidence, ...] = ()
+    last_progress: Evidence | None = None
 
     @property
     def position(self) -> CommOp | None:

@@ -31,6 +31,7 @@ READER_PLUGINS = (
     "forensics.ingest.ncclras",
     "forensics.ingest.procstate",
     "forensics.ingest.statements",
+    "forensics.ingest.console",
 )
 RULE_PLUGINS = (
     "forensics.rules.declared_waits",
