@@ -355,6 +355,20 @@ def test_the_kernel_log_keeps_only_what_came_after_the_job_started(tmp_path, mon
     assert "2 older line(s) left out" in manifest["notes"][0]
 
 
+def test_a_kernel_that_logged_nothing_since_the_job_started_leaves_no_empty_file(tmp_path, monkeypatch):
+    """An empty dmesg.txt would be listed as not read; the manifest says what there was to say."""
+    dmesg = b"[  100.000001] Out of memory: Killed process 6056 (python) total-vm:35378592kB\n"
+    rank = live.Rank(0, live.Proc(7001, 7000, "S", 8990 * os.sysconf("SC_CLK_TCK"), "python train.py",
+                                  {"RANK": "0"}), 0)
+    monkeypatch.setattr(live.subprocess, "run",
+                        lambda *a, **k: subprocess.CompletedProcess(a, 0, dmesg, b""))
+    manifest = {"errors": []}
+    live._collect_files([rank], str(tmp_path), "node1", manifest)
+    assert not (tmp_path / "dmesg.txt").exists()
+    assert "dmesg.txt" not in manifest.get("files", [])
+    assert any(note.startswith("dmesg: the kernel logged nothing since") for note in manifest["notes"])
+
+
 @pytest.fixture
 def full_disk(tmp_path):
     """A real file system of 24 KiB (tmpfs), so writes fail with ENOSPC."""

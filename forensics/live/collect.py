@@ -836,10 +836,14 @@ def _collect_files(ranks: list[Rank], out: str, host: str, manifest: dict) -> No
                 keep = stamp >= since
             if keep:  # a continuation line goes with the stamped line above it
                 kept.append(line)
-        if _write(os.path.join(out, "dmesg.txt"), b"".join(kept)[-(4 << 20):]):
+        if not kept:  # no empty file for analyze to list as not read: the manifest says it
+            manifest.setdefault("notes", []).append(
+                f"dmesg: the kernel logged nothing since {since:.0f} s after boot (a minute before the job's "
+                f"first rank started)")
+        elif _write(os.path.join(out, "dmesg.txt"), b"".join(kept)[-(4 << 20):]):
             manifest.setdefault("files", []).append("dmesg.txt")
-        manifest.setdefault("notes", []).append(
-            f"dmesg.txt: the kernel log since {since:.0f} s after boot (a minute before the job's first rank "
-            f"started); {len(dmesg.stdout.splitlines()) - len(kept)} older line(s) left out")
+            manifest.setdefault("notes", []).append(
+                f"dmesg.txt: the kernel log since {since:.0f} s after boot (a minute before the job's first rank "
+                f"started); {len(dmesg.stdout.splitlines()) - len(kept)} older line(s) left out")
     elif dmesg is not None:
         manifest["errors"].append("dmesg: not readable by this user (kernel.dmesg_restrict)")

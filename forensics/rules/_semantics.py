@@ -97,7 +97,7 @@ def describe_op(op: CommOp | None, groups=None) -> str:
     if op.peers:
         parts.append(("to " if op.op == "send" else "from ") + ",".join(map(str, op.peers)))
     if not op.group_known:
-        parts.append("(group not shown)")
+        parts.append("on an unknown group")
     elif op.group.startswith("?"):
         parts.append(f"on another process group ({op.group[1:]})")
     elif op.group:
