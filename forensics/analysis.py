@@ -42,11 +42,13 @@ class TimelineEntry:
 @dataclass(frozen=True, slots=True)
 class RankNote:
     """What a per-rank table adds to the rank's state: the last line its
-    logs hold, and when it last completed a call (a wall time as its line
-    states it), where an artifact says."""
+    logs hold, and when it last completed a call or printed a progress line
+    (a wall time as its line states it), where an artifact says; and that
+    progress line of its console (a step or loss line), where one shows."""
 
     last_line: Evidence | None = None
     last_progress: float | None = None
+    progress_line: Evidence | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,9 +216,11 @@ def rank_notes(incident: Incident) -> dict[int, RankNote]:
     notes = {}
     for rank, state in incident.ranks.items():
         last = next((e for e in reversed(state.log_events) if not _FRAME.fullmatch(e.text)), None)
+        if last is None and state.last_words:
+            last = state.last_words[-1]
         progress = _last_progress(state)
-        if last is not None or progress is not None:
-            notes[rank] = RankNote(last, progress)
+        if last is not None or progress is not None or state.last_progress is not None:
+            notes[rank] = RankNote(last, progress, state.last_progress)
     return notes
 
 
@@ -225,6 +229,8 @@ def _last_progress(state) -> float | None:
     its last completed call in the history, or its group counters' line."""
     lines = [op.evidence for op in _last_completed(state.history) if op.evidence is not None]
     lines += [p.evidence for p in state.progress.values() if p.evidence is not None and p.completed is not None]
+    if state.last_progress is not None:  # its console's last step or loss line
+        lines.append(state.last_progress)
     times = [found[0] for found in map(clock.stamp, (e.text for e in lines))
              if found is not None and found[1].startswith("wall")]
     return max(times, default=None)

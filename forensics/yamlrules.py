@@ -735,7 +735,7 @@ def match_rank(test: RankTest, state: m.RankState, capture: Capture | None) -> b
         if not _match_frame(frame_test, state, local):
             return False
     if test.log is not None:
-        line = next((e for e in state.log_events if _search(test.log, e.text)), None)
+        line = next((e for e in _log_lines(state) if _search(test.log, e.text)), None)
         if line is None:
             return False
         local.add(line, log=line.text.strip(), log_at=line.cite())
@@ -755,6 +755,16 @@ def match_rank(test: RankTest, state: m.RankState, capture: Capture | None) -> b
     for key, value in local.values.items():
         capture.values.setdefault(key, value)
     return True
+
+
+def _log_lines(state: m.RankState):
+    """The rank's log lines a `log` test reads: those a reader recognized,
+    then its console's last lines and last progress line (the lines no
+    reader recognized, forensics.ingest.console)."""
+    yield from state.log_events
+    yield from state.last_words
+    if state.last_progress is not None and state.last_progress not in state.last_words:
+        yield state.last_progress
 
 
 def _state_values(state: m.RankState) -> dict[str, str]:
@@ -873,7 +883,7 @@ class _Index:
         if test.ops and not test.ops & {"collective", "p2p"}:
             options.append(self._union(self._by("op", _op_name), test.ops))
         if test.log is not None:  # a log test needs log lines
-            options.append(self._having("logged", lambda s: s.log_events))
+            options.append(self._having("logged", lambda s: s.log_events or s.last_words or s.last_progress))
         if test.frames:  # a frame test needs frames
             options.append(self._having("framed", lambda s: s.threads or s.stack))
         return min(options, key=len)

@@ -427,8 +427,12 @@ def _last_cells(note, excerpts) -> str:
     cell = (f'<span class="lastline">{escape(_cut(line.text.strip(), 100))}</span> {excerpts.link(line)}'
             if line is not None else "—")
     progress = note.last_progress if note is not None else None
-    at = when(Event(progress, "wall", "", "", line)) if progress is not None else "—"
-    return f"<td>{cell}<td>{escape(at)}"
+    at = escape(when(Event(progress, "wall", "", "", line))) if progress is not None else "—"
+    shown = note.progress_line if note is not None else None
+    if shown is not None:  # the console's last step or loss line
+        at = (f'{at if progress is not None else ""} <span class="lastline">{escape(_cut(shown.text.strip(), 100))}'
+              f'</span> {excerpts.link(shown)}').strip()
+    return f"<td>{cell}<td>{at}"
 
 
 def _stack_link(label: str | None) -> str:

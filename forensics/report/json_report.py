@@ -43,6 +43,7 @@ def to_dict(report, lang: str = "en") -> dict:
             entry["why"] = state.why
         if state.evidence:
             entry["evidence"] = state.evidence.to_json()
+        entry.update(_last(state, report.notes.get(rank)))
         if state.ending is not None:
             ending = state.ending
             entry["ended"] = {"exit_code": ending.exit_code, "signal": ending.signal or None,
@@ -83,6 +84,26 @@ def to_dict(report, lang: str = "en") -> dict:
                  for r in report.incident.read],
         "diagnostics": [d.to_json() for d in report.diagnostics],
     }
+
+
+def _last(state, note) -> dict:
+    """The rank's last log line and last progress, as the HTML table shows
+    them, and its console's last lines where no reader recognized them."""
+    out = {}
+    if state.last_words:
+        out["last_words"] = [e.to_json() for e in state.last_words]
+    if note is None:
+        return out
+    if note.last_line is not None:
+        out["last_line"] = note.last_line.to_json()
+    if note.progress_line is not None:
+        out["last_progress"] = note.progress_line.to_json()
+    if note.last_progress is not None:
+        from ..model import Event
+        from ..postmortem import when
+
+        out["last_progress_at"] = when(Event(note.last_progress, "wall", "", "", None))
+    return out
 
 
 def _timeline(report) -> dict:

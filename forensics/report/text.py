@@ -29,6 +29,8 @@ WORDS = {
         "first": "  ◀ first failure", "timeline_header": ("time", "who", "role", "what", "evidence"),
         "ranks": "Ranks ({n}):", "ranks_grouped": "Ranks ({n}, grouped by state):",
         "more_classes": "… {more} more", "why": "Why:",
+        "last_printed": "Last printed (each rank's own console):", "progress": "last progress",
+        "this_line": "this line",
         "stacks": "Stack classes (main thread, {ranks}, {classes}):",
         "unattributed": "Dumps not attributed to a rank ({n}):", "dumps": "{dumps} {where}{more}: {what}",
         "and_more": " and {n} more",
@@ -48,6 +50,8 @@ WORDS = {
         "first": "  ◀ 最早的故障", "timeline_header": ("时间", "对象", "角色", "事件", "证据"),
         "ranks": "各 Rank 状态 ({n}):", "ranks_grouped": "各 Rank 状态（{n} 个，按状态归类）:",
         "more_classes": "… 另有 {more}", "why": "判定依据:",
+        "last_printed": "最后输出（各 Rank 自己的控制台）:", "progress": "最近进展",
+        "this_line": "即上一行",
         "stacks": "调用栈归类（主线程，{ranks}，{classes}）:",
         "unattributed": "无法归属 Rank 的栈转储 ({n}):", "dumps": "{dumps} {where}{more}: {what}",
         "and_more": " 等另 {n} 个",
@@ -393,11 +397,48 @@ def _ranks_section(report, lang, words) -> list:
     lines: list = [Table(title, header, rows, marked)]
     # The narrative gives the culprits' whys already, each with its citation.
     told = set(explain.described_ranks(report)) if report.root_cause.finding is not None else set()
-    why = [(rank, state) for rank, state in ranks.items() if state.why and rank not in told]
+    printed = [(rank, state) for rank, state in ranks.items() if state.last_words or state.last_progress]
+    # A rank known only by its console's last lines is told under Last printed.
+    why = [(rank, state) for rank, state in ranks.items() if state.why and rank not in told
+           and not (state.last_words and state.evidence in state.last_words)]
     if len(ranks) <= PER_RANK_LIMIT and why:
         lines.append(Line())
         lines.append(Line(words["why"], "heading"))
         for rank, state in why:
             where = f"  [{state.evidence.cite()}]" if state.evidence and state.evidence.cite() not in state.why else ""
             lines.append(Line(f"  rank {rank}: {state.why}{where}", "why"))
+    if printed:
+        lines.append(Line())
+        lines.append(Line(words["last_printed"], "heading"))
+        for rank, state in printed[:PER_RANK_LIMIT]:
+            lines.extend(_last_printed(rank, state, report.notes.get(rank), words))
+        if len(printed) > PER_RANK_LIMIT:
+            lines.append(Line("  " + words["more_classes"].format(more=len(printed) - PER_RANK_LIMIT), "dim"))
     return lines
+
+
+def _last_printed(rank: int, state, note, words) -> list:
+    """`rank 3: 'loading shard 17 …'  [rank3.stdout.log:-1]` and its last
+    progress line with the time it states."""
+    from ..model import Event
+    from ..postmortem import when
+
+    out = []
+    label = f"  rank {rank}: "
+    if state.last_words:
+        last = state.last_words[-1]
+        out.append(Line(f"{label}{_quoted(last.text)}  [{last.cite()}]", "why"))
+        label = " " * len(label)
+    line = state.last_progress
+    if line is not None:
+        at = note.last_progress if note is not None else None
+        stamp = f" ({when(Event(at, 'wall', '', '', line))})" if at is not None else ""
+        shown = words["this_line"] if state.last_words and line == state.last_words[-1] else (
+            f"{_quoted(line.text)}  [{line.cite()}]")
+        out.append(Line(f"{label}{words['progress']}{stamp}: {shown}", "why"))
+    return out
+
+
+def _quoted(text: str, most: int = 160) -> str:
+    text = text.strip()
+    return repr(text if len(text) <= most else text[:most - 1] + "…")
