@@ -246,7 +246,7 @@ def _sniff(path: str, display: str, plugins) -> tuple[list[str], str, bool]:
         if split:  # a format read per process is not read whole too: its lines interleave with others'
             whole = {kind.partition(SPLIT)[0] for kind in split}
             kinds = [kind for kind in kinds if kind not in whole] + split
-    if not kinds and _plain_text(head):  # a rank's console no reader recognizes: its last words
+    if not kinds and not has_nul(head) and not looks_binary(head):  # a rank's console nothing else reads
         from . import console
         kinds = [kind for kind in (console.sniff(path, head),) if kind]
     if kinds:

@@ -99,13 +99,14 @@ def parse(path: str, display: str) -> Facts:
     progress: dict[int, Evidence] = {}
     size = TAIL_BYTES
     while True:
-        data, whole = _last_bytes(path, display, size)
+        data, from_start, total = _last_bytes(path, display, size)
         lines = data.decode("utf-8", "replace").split("\n")
         if lines and lines[-1] == "":
             lines.pop()
-        words, progress = _read_back(lines, display, own, whole)
+        # a file that fits in the first window is numbered from its start, a bigger one from its end
+        words, progress = _read_back(lines, display, own, total <= TAIL_BYTES)
         facts.lines_read = len(lines)
-        if whole or (progress and all(r in progress for r in words)) or size >= MAX_BACK_BYTES:
+        if from_start or (progress and all(r in progress for r in words)) or size >= MAX_BACK_BYTES:
             break
         size = min(size * 8, MAX_BACK_BYTES)
     if not words:
@@ -159,10 +160,11 @@ def _shown(line: str) -> str:
     return line.strip()
 
 
-def _last_bytes(path: str, display: str, size: int) -> tuple[bytes, bool]:
-    """The file's last `size` bytes from a line start (decompressed), and
-    whether that is the whole file. A plain file is read by seeking; a
-    compressed one is streamed, keeping its end."""
+def _last_bytes(path: str, display: str, size: int) -> tuple[bytes, bool, int]:
+    """The file's last `size` bytes or more, from a line start
+    (decompressed); whether they start at the file's start; and the file's
+    size (decompressed). A plain file is read by seeking; a compressed one
+    is streamed, keeping its last MAX_BACK_BYTES at once."""
     try:
         with open_binary(path) as handle:
             known = getattr(handle, "size_at_open", None)
@@ -170,26 +172,26 @@ def _last_bytes(path: str, display: str, size: int) -> tuple[bytes, bool]:
                 start = max(0, known - size)
                 handle.seek(start)
                 data = read_at_most(handle, known - start)
-                whole = start == 0
+                total = known
             else:
-                size = MAX_BACK_BYTES  # streamed whole anyway: its end is kept at once
                 kept = bytearray()
-                whole = True
+                total = 0
                 while True:
                     chunk = handle.read(_STEP)
                     if not chunk:
                         break
+                    total += len(chunk)
                     kept += chunk
-                    if len(kept) > size:
-                        del kept[:len(kept) - size]
-                        whole = False
+                    if len(kept) > MAX_BACK_BYTES:
+                        del kept[:len(kept) - MAX_BACK_BYTES]
                 data = bytes(kept)
+                start = total - len(data)
     except STREAM_ERRORS as exc:
         raise InputError(display, f"cannot read: {exc}") from None
-    if not whole:
+    if start > 0:
         cut = data.find(b"\n")
         data = data[cut + 1:] if cut >= 0 else b""
-    return data, whole
+    return data, start == 0, total
 
 
 def _no_sniff(path: str, head: bytes) -> None:
