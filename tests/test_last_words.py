@@ -181,3 +181,12 @@ def test_progress_lines_of_the_usual_trainers(line):
                                   "NCCL version 2.18.1+cuda12.1", "saving nothing this step"])
 def test_lines_that_are_not_progress(line):
     assert not console.PROGRESS.search(line)
+
+
+def test_consoles_alone_are_nothing_readable(tmp_path, run_cli):
+    """Last words tell about ranks something else shows; training output alone is no job's state."""
+    for rank in range(2):
+        (tmp_path / f"rank{rank}.stdout.log").write_text(training_output(20_000)[0])
+    done = run_cli("analyze", tmp_path, "-j", "1")
+    assert done.returncode == 2 and done.stdout == ""
+    assert "nothing here describes a process of a distributed job" in done.stderr

@@ -592,10 +592,17 @@ def _describes_no_process_of_a_job(incident: Incident) -> bool:
     stuck signal, event, communicator or stack dump, and no line a reader
     recognized (files a reader claimed whose lines then held nothing). Such
     input is as unusable as a folder of nothing: exit 2, one line, not an
-    empty report."""
-    return not (incident.ranks or incident.groups or incident.messages or incident.stuck or incident.events
+    empty report. Consoles' last lines (forensics.ingest.console) tell
+    about ranks something else shows; alone, training output is no job's state."""
+    return not (any(not _known_by_last_words(state) for state in incident.ranks.values())
+                or incident.groups or incident.messages or incident.stuck or incident.events
                 or incident.comm_views or incident.unattributed
-                or any(stats.lines > stats.unrecognized for stats in incident.read))
+                or any(stats.lines > stats.unrecognized for stats in incident.read if stats.kind != "console"))
+
+
+def _known_by_last_words(state: m.RankState) -> bool:
+    """A rank known only from what its console printed last (`_keep_last_words`)."""
+    return state.evidence is not None and state.evidence in state.last_words and state.why.startswith(LAST_PRINTED)
 
 
 def read_artifacts(paths, plugins, jobs: int | None = None, full: bool = False, progress=None, meanwhile=None,
