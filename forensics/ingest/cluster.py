@@ -191,7 +191,7 @@ _PLUGINS: dict = {}
 def parse_batch(batch: list[tuple[str, str]], spec, full: bool, ceilings: tuple) -> bytes:
     """A Dask task: sniff and parse each (path, display) as a local worker
     would; the answer in the facts encoding."""
-    from . import _parse_one, _sniff
+    from . import _artifacts, _parse_one, _sniff
     from ..plugins import Plugins
 
     plugins = _PLUGINS.get(spec)
@@ -209,8 +209,7 @@ def parse_batch(batch: list[tuple[str, str]], spec, full: bool, ceilings: tuple)
             kinds, note, stamps = _sniff(path, display, plugins)
             if not kinds or stamps:
                 bundle.diagnostics.append(Diagnostic(display, 0, note, "info"))
-            for kind in kinds:
-                artifact = Artifact(kind, path, display, rank_from_path(display), full, stamps)
+            for artifact in _artifacts(kinds, path, display, full, stamps):
                 result = _parse_one(artifact, plugins)
                 if isinstance(result, Bundle):  # a facts file: what it holds takes its place
                     bundle.artifacts += result.artifacts
