@@ -16,6 +16,10 @@ ours against grep's run just before it: a slow spell of the shared machine
 that lasts a pair cancels out). forensics runs as installed in this
 interpreter when it is (where.py).
 
+With --console, each rank's console instead: its NCCL INFO,COLL lines, then
+c10d's watchdog timeouts on every rank but 5, analyzed without --hung (the
+right verdict, missing_rank [5], must come from the logs; a wrong one fails).
+
 Target: faster than grep's full read of the same files (tail mode).
 """
 
@@ -130,8 +134,9 @@ def main():
     print(f"ratio tail-read forensics / grep: {ours_s / grep_s:.2f}x of the medians; per interleaved pair: "
           f"median {statistics.median(pairs):.2f}x, range {pairs[0]:.2f}-{pairs[-1]:.2f}x")
     runs = lambda times: ", ".join(f"{t:.2f}" for t in sorted(times))  # noqa: E731
-    record("bench_logs_console" if args.console else "bench_logs", ["tool", "input", "seconds (median)", "all runs s", "MB/s", "peak RSS MB", "verdict"],
-           [["forensics analyze --hung (tail mode)", f"{len(files)} files, {size / 1e9:.2f} GB", round(ours_s, 2),
+    record("bench_logs", ["tool", "input", "seconds (median)", "all runs s", "MB/s", "peak RSS MB", "verdict"],
+           [["forensics analyze (consoles: NCCL INFO + c10d timeouts)" if args.console else
+             "forensics analyze --hung (tail mode)", f"{len(files)} files, {size / 1e9:.2f} GB", round(ours_s, 2),
              runs(our_times), round(size / 1e6 / ours_s), round(rss), f"{report['verdict']} {report['culprit_ranks']}"],
             ["grep -c opCount", f"{len(files)} files, {size / 1e9:.2f} GB", round(grep_s, 2), runs(grep_times),
              round(size / 1e6 / grep_s), "", ""],
