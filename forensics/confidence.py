@@ -18,7 +18,8 @@ def silent_ranks(incident) -> list[int]:
     """Ranks some artifact lists but none describes (no stack, log or dump of their own)."""
     return [r for r, s in incident.ranks.items()
             if s.activity == UNKNOWN and s.current_op is None and not s.threads and s.alive is None
-            and s.ending is None and not s.history and not s.log_events and not s.progress]
+            and s.ending is None and not s.history and not s.log_events and not s.progress
+            and not s.last_words]
 
 
 LEVELS = ("low", "medium", "high")

@@ -69,6 +69,7 @@ def test_the_rank_that_went_elsewhere_is_shown_with_what_it_printed_last(tmp_pat
     text = analyze(run_cli, tmp_path)
     assert "MISSING_RANK" in text and "culprit ranks: 3" in text
     assert "no artifact describes this rank" not in text
+    assert "no artifact of its own" not in text and "no artifact of their own" not in text  # its console is one
     assert f"rank 3: '{LAST}'  [rank3.stdout.log:-1]" in text
     assert f"last progress (02-03 {progress[11:23].replace(',', '.')}): '{progress}'  [rank3.stdout.log:-4]" in text
     assert "Not read" not in text

@@ -116,7 +116,7 @@ def forensics_graph_findings(incident, analysis):
 def _silent(state) -> bool:
     """A state made only from a list that names the rank (see ingest)."""
     return (state.activity == UNKNOWN and state.current_op is None and not state.threads
-            and not state.log_events and state.alive is None)
+            and not state.log_events and state.alive is None and not state.last_words)
 
 
 RULES = (
