@@ -9,7 +9,7 @@ more evidence, a wait on a rank that sent nothing does.
 
 from __future__ import annotations
 
-from .ingest import IMPLIED
+from .ingest.merge import IMPLIED
 from .model import UNIDENTIFIED_GROUP, UNKNOWN, Confidence, Culprit
 from .ranges import compact
 

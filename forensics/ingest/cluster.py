@@ -4,7 +4,7 @@ This process walks the given folders (a listing, no file is opened here)
 and sends the files in batches to the cluster's workers, which read them
 where they lie (shared storage), ask the readers which kind each file is
 and parse it, exactly as a local worker process does (the same
-`_sniff` and `_parse_one`). A batch comes back as bytes in the facts
+`scan.sniff` and `_parse_one`). A batch comes back as bytes in the facts
 encoding (forensics.ingest.wire: versioned, checked field by field on
 decoding, nothing from the input pickled); merging, rules, graph and
 report run here. The result is the one a local run gives: the same
@@ -191,7 +191,8 @@ _PLUGINS: dict = {}
 def parse_batch(batch: list[tuple[str, str]], spec, full: bool, ceilings: tuple) -> bytes:
     """A Dask task: sniff and parse each (path, display) as a local worker
     would; the answer in the facts encoding."""
-    from . import _artifacts, _parse_one, _sniff
+    from . import _parse_one
+    from .scan import artifacts_of, sniff
     from ..plugins import Plugins
 
     plugins = _PLUGINS.get(spec)
@@ -206,10 +207,10 @@ def parse_batch(batch: list[tuple[str, str]], spec, full: bool, ceilings: tuple)
     with limits.applied(own):
         for path, display in batch:
             arts, diags = len(bundle.artifacts), len(bundle.diagnostics)
-            kinds, note, stamps = _sniff(path, display, plugins)
+            kinds, note, stamps = sniff(path, display, plugins)
             if not kinds or stamps:
                 bundle.diagnostics.append(Diagnostic(display, 0, note, "info"))
-            for artifact in _artifacts(kinds, path, display, full, stamps):
+            for artifact in artifacts_of(kinds, path, display, full, stamps):
                 result = _parse_one(artifact, plugins)
                 if isinstance(result, Bundle):  # a facts file: what it holds takes its place
                     bundle.artifacts += result.artifacts

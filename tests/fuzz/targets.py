@@ -180,14 +180,15 @@ def _stamped(path: str, data: bytes) -> None:
     """A log as a collector stamps it, through the whole ingest path: the
     sniff (which takes the stamps off the head), the unstamped copy and
     every reader that claims it, then merge."""
-    from forensics.ingest import _parse_one, _sniff, merge
+    from forensics.ingest import _parse_one, merge
+    from forensics.ingest.scan import sniff
     from forensics.model import Artifact
     from forensics.plugins import Plugins
 
     if not _STAMPED_PLUGINS:
         _STAMPED_PLUGINS.append(Plugins(autoload=False))
     plugins = _STAMPED_PLUGINS[0]
-    kinds, _, stamps = _sniff(path, "fuzz/pod.log", plugins)
+    kinds, _, stamps = sniff(path, "fuzz/pod.log", plugins)
     parsed = [_parse_one(Artifact(kind, path, "fuzz/pod.log", None, bool(len(data) & 1), stamps), plugins)
               for kind in kinds]
     merge([facts for facts in parsed if not isinstance(facts, tuple)])

@@ -1,0 +1,122 @@
+"""What a file is, decided from all of it: the one look every file gets before it is read.
+
+A text file is not one kind decided by its first lines. Every reader is asked
+about its head, its tail and the windows of its middle around lines some
+reader may claim (`textio.read_ends`), and the file gets every kind any of
+them shows. A console interleaving processes under launcher prefixes
+(`[rank3]:`) becomes one artifact per process for the formats whose lines only
+make sense in sequence. Readers then read only what is theirs.
+"""
+
+from __future__ import annotations
+
+from ..model import Artifact
+from .attribution import rank_from_path
+from .textio import (HEAD_BYTES, LAUNCHER_PREFIX, InputError, has_nul, launcher_prefixes, looks_binary, read_ends,
+                     read_head, stamped, stamped_somewhere, unprefixed, unstamp)
+
+
+def artifacts_of(kinds: list[str], path: str, display: str, full: bool, stamps: bool):
+    """One Artifact per kind; a `kind@[rankN]:` kind (`_split_by_process`) is the lines
+    under that prefix, shown as `display[rankN]` (which names its rank)."""
+    for kind in kinds:
+        kind, _, prefix = kind.partition(SPLIT)
+        shown = f"{display}{prefix[:-1]}" if prefix else display
+        yield Artifact(kind, path, shown, rank_from_path(shown), full, stamps, prefix)
+
+
+STAMPED = ("every line starts with a log collector's timestamp (kubectl or docker logs --timestamps, "
+           "GitHub Actions): read without them")
+
+
+def sniff(path: str, display: str, plugins) -> tuple[list[str], str, bool]:
+    """(kinds, why none, stamped): the kinds of every parser that claims the
+    file (a console log can hold c10d and NCCL lines both), or none and why;
+    and whether its lines start with a log collector's timestamps
+    (`textio.stamped`), which neither the sniffers nor the parsers then see
+    (`_parse_one` parses a copy without them)."""
+    try:
+        head = read_head(path)
+    except InputError as exc:
+        return [], exc.message, False
+    if not head:
+        return [], "empty file", False
+    stamps = stamped(head)
+    if stamps:
+        head = unstamp(head)
+    kinds = plugins.each("forensics_sniff", path=path, head=head)
+    if len(head) >= HEAD_BYTES and _plain_text(head):
+        more, stamped_later = _sniff_beyond_head(path, plugins)
+        kinds += [kind for kind in more if kind not in kinds]
+        stamps = stamps or stamped_later
+    if b"]:" in head or len(head) >= HEAD_BYTES:
+        split = _split_by_process(path, head, plugins, stamps)
+        if split:  # a format read per process is not read whole too: its lines interleave with others'
+            whole = {kind.partition(SPLIT)[0] for kind in split}
+            kinds = [kind for kind in kinds if kind not in whole] + split
+    if not kinds and not has_nul(head) and not looks_binary(head):  # a rank's console nothing else reads
+        from . import console
+        kinds = [kind for kind in (console.sniff(path, head),) if kind]
+    if kinds:
+        return kinds, STAMPED if stamps else "", stamps
+    if looks_binary(head):
+        return [], "binary file, not a recognized artifact: skipped", False
+    return [], "not a recognized artifact: skipped", False
+
+
+def _plain_text(head: bytes) -> bool:
+    """Text that is not a structured document (JSON: snapshots, facts, maps), which is known by its head."""
+    if has_nul(head) or looks_binary(head):
+        return False
+    return not head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith((b"{", b"["))
+
+
+def _sniff_beyond_head(path: str, plugins) -> tuple[list[str], bool]:
+    """The kinds the rest of a text file shows: its tail (where a console log
+    ends in watchdog timeouts and tracebacks after hours of training output)
+    and the windows of its middle around lines some reader may claim; and
+    whether the tail's lines carry a collector's timestamps (a job's output
+    stamped from some point on: the stamps are taken off line by line)."""
+    try:
+        _, middle, tail = read_ends(path)
+    except InputError:
+        return [], False
+    kinds: list[str] = []
+    stamps = False
+    for sample in (tail, middle):
+        if not sample:
+            continue
+        if stamped_somewhere(sample):
+            stamps = True
+        if stamps:
+            sample = unstamp(sample)
+        kinds += [k for k in plugins.each("forensics_sniff", path=path, head=sample) if k not in kinds]
+    return kinds, stamps
+
+
+# Formats whose lines make sense only in sequence, one process's: a console
+# interleaving processes under launcher prefixes is read per process for them.
+# (The line readers, c10d, NCCL and the catalogue, take the prefix line by line;
+# the c10d reader also reads the Python tracebacks under each prefix.)
+BLOCK_KINDS = frozenset({"py-spy", "gdb", "pystack", "faulthandler"})
+SPLIT = "@"  # "py-spy@[rank3]:": the kind, read from the lines under that prefix only
+
+
+def _split_by_process(path: str, head: bytes, plugins, stamps: bool) -> list[str]:
+    """`kind@prefix` for every block format the file's prefixed lines hold,
+    once per launcher prefix (`[rank3]:`): two ranks' py-spy dumps or
+    tracebacks interleaved line by line are two dumps."""
+    sample = unstamp(head) if stamps else head
+    if not LAUNCHER_PREFIX.search(sample):
+        try:
+            _, middle, tail = read_ends(path)
+        except InputError:
+            return []
+        sample = unstamp(tail + middle) if stamps else tail + middle
+        if not LAUNCHER_PREFIX.search(sample):
+            return []
+    found = [k for k in plugins.each("forensics_sniff", path=path, head=unprefixed(sample)) if k in BLOCK_KINDS]
+    if not found:
+        return []
+    prefixes = launcher_prefixes(path)
+    return [f"{kind}{SPLIT}{prefix.decode('ascii')}" for kind in found for prefix in prefixes]
