@@ -13,7 +13,7 @@ Trainer, Megatron-LM, DeepSpeed and torchtitan print them. The time of
 that line, where it carries one, is when the rank last made progress.
 
 Discovery asks this reader only about plain text files no other reader
-claims (`forensics.ingest._sniff`): its hook answers no sniff of its own.
+claims (`forensics.ingest.scan.sniff`): its hook answers no sniff of its own.
 
 The file is read from its end: its last TAIL_BYTES, and further back in
 growing windows (up to MAX_BACK_BYTES) while no progress line has shown;
