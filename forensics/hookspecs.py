@@ -39,11 +39,24 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 def forensics_sniff(path: str, head: bytes) -> str | None:
     """Claim a file: return the artifact kind your parser reads, or None.
 
-    `head` is the first 64 KiB (already decompressed if the file is gzip).
+    `head` is a sample of the file, already decompressed: its first 64 KiB,
+    and for a bigger text file also its last 64 KiB and the windows of its
+    middle around your `forensics_sniff_markers` (each sample is one call).
     Every parser that claims a file reads it: a launcher's console log holds
     c10d lines and NCCL lines side by side, and each reader takes its own
     (and counts the others as read, not as unrecognized). Sniff by content
     where you can: users name files anything.
+    """
+
+
+@hookspec
+def forensics_sniff_markers() -> tuple:
+    """Byte strings that mark a line of your format (NCCL's `b" NCCL INFO "`).
+
+    Discovery searches the middle of a big text file for every reader's
+    markers and shows each reader the lines around them, so your format is
+    found wherever it stands in a console, not only at its start or end.
+    Keep them few and specific: each is one search of the file.
     """
 
 

@@ -57,7 +57,7 @@ BUILTIN_PLUGINS = READER_PLUGINS + RULE_PLUGINS + (
 # imported; any other hook called through `call`, `each`, `first` or
 # `Plugins.hook` registers them first. No rule plugin implements one of
 # these (tests/test_plugins.py).
-EARLY_HOOKS = frozenset({"forensics_sniff", "forensics_parse", "forensics_report_formats"})
+EARLY_HOOKS = frozenset({"forensics_sniff", "forensics_sniff_markers", "forensics_parse", "forensics_report_formats"})
 AUTOLOAD_OFF = "FORENSICS_DISABLE_PLUGIN_AUTOLOAD"
 
 

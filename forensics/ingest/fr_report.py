@@ -65,7 +65,7 @@ from ..messages import fact_items
 from .. import lazy
 from ..model import Evidence, MessageHit, ProcessGroup, normalize_op
 from .facts import Facts
-from .reader import reader_hooks
+from .reader import markers_hook, reader_hooks
 from .textio import head_shows, int_text, read_document, uncoloured
 
 KIND = "fr-analyzer-report"
@@ -482,3 +482,4 @@ def parse(path: str, display: str) -> Facts:
 
 forensics_sniff, forensics_parse = reader_hooks(
     {KIND: lambda artifact: parse(artifact.path, artifact.display)}, sniff)
+forensics_sniff_markers = markers_hook(_SNIFF_LITERALS)

@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 from .. import lazy
 from .cache import BoundedCache as _Cache
-from .reader import reader_hooks
+from .reader import markers_hook, reader_hooks
 from ..model import Evidence, Frame, ProcessDump, ThreadStack
 from .facts import Facts
 from .grammar import parser
@@ -83,6 +83,7 @@ def parse(path: str, display: str) -> Facts:
 forensics_sniff, forensics_parse = reader_hooks(
     {KIND: lambda artifact: parse(artifact.path, artifact.display)},
     lambda path, head: KIND if sniff(path, head) else None)
+forensics_sniff_markers = markers_hook(_SNIFF_LITERALS)
 
 
 def _clean(data: bytes) -> bytes:

@@ -89,7 +89,7 @@ from dataclasses import dataclass
 from typing import Iterable, Iterator, NamedTuple
 
 from .. import lazy
-from .reader import reader_hooks
+from .reader import markers_hook, reader_hooks
 from .. import messages
 from ..model import CommOp, Evidence, GroupProgress, ProcessRecord, normalize_op
 from .facts import Facts
@@ -334,6 +334,7 @@ def topology(source) -> dict:
 forensics_sniff, forensics_parse = reader_hooks(
     {KIND: lambda artifact: parse(artifact.path, artifact.display, full=artifact.full)},
     lambda path, head: KIND if sniff(path, head) else None)
+forensics_sniff_markers = markers_hook((b" NCCL INFO ", b" NCCL WARN "))
 
 
 # The topology of the last files parsed, by id(facts) (the Facts kept alive

@@ -56,7 +56,7 @@ from .. import lazy
 from ..messages import fact_items
 from ..model import MAX_RANKS, Evidence, MessageHit, normalize_op
 from .facts import Facts
-from .reader import reader_hooks
+from .reader import markers_hook, reader_hooks
 from .textio import head_shows, int_text, read_document, uncoloured
 
 KIND = "nccl-ras-report"
@@ -291,3 +291,4 @@ def parse(path: str, display: str) -> Facts:
 
 forensics_sniff, forensics_parse = reader_hooks(
     {KIND: lambda artifact: parse(artifact.path, artifact.display)}, sniff)
+forensics_sniff_markers = markers_hook(_SNIFF_LITERALS)

@@ -830,10 +830,11 @@ def _frames_with_starts(text: str, pos: int):
 
 # ------------------------------------------------------------------ plugin hooks
 
-from .reader import reader_hooks  # noqa: E402  (hooks last: the module reads top-down)
+from .reader import markers_hook, reader_hooks  # noqa: E402  (hooks last: the module reads top-down)
 
 
 forensics_sniff, forensics_parse = reader_hooks(
     {KIND: lambda artifact: parse(artifact.path, artifact.display),
      KIND_JSON: lambda artifact: parse_json(artifact.path, artifact.display)},
     sniff)
+forensics_sniff_markers = markers_hook((b"Python v", b" (active", b" (idle)"))

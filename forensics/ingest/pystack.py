@@ -58,7 +58,7 @@ from .cache import BoundedCache
 from .facts import Facts
 from .grammar import parser
 from .pyspy import _rank_hint, _split_call
-from .reader import reader_hooks
+from .reader import markers_hook, reader_hooks
 from .textio import InputError, head_shows, read_text, uncoloured
 
 KIND = "pystack"
@@ -477,3 +477,4 @@ def _main_thread_pid(threads) -> int | None:
 
 forensics_sniff, forensics_parse = reader_hooks(
     {KIND: lambda artifact: parse(artifact.path, artifact.display)}, sniff)
+forensics_sniff_markers = markers_hook(_SNIFF_LITERALS)

@@ -72,7 +72,7 @@ from ..model import Evidence, Frame, ProcessDump, ProcessRecord, ThreadStack
 from .cache import BoundedCache
 from .facts import Facts
 from .grammar import parser
-from .reader import reader_hooks
+from .reader import markers_hook, reader_hooks
 from .statements import HEAD_WINDOW, TAIL_WINDOW, _read as read_windows  # a big file's head and tail
 from .textio import HEAD_BYTES, InputError, compression, has_nul, int_text, looks_binary, open_regular
 from .torchlog import _ANSI, _ANSI_PATTERN, _LABEL, _OUTER, LABEL_HEAD_LINES, labelled  # the prefixes c10d logs carry too
@@ -1020,3 +1020,5 @@ forensics_sniff, forensics_parse = reader_hooks(
     {KIND_TRACEBACK: lambda artifact: parse(artifact.path, artifact.display, KIND_TRACEBACK),
      KIND_FAULTHANDLER: lambda artifact: parse(artifact.path, artifact.display, KIND_FAULTHANDLER)},
     sniff)
+forensics_sniff_markers = markers_hook((b"Traceback (most recent call last)", b"Fatal Python error", b"Current thread 0x",
+                                        b"Thread 0x"))

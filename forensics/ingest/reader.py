@@ -8,6 +8,15 @@ from typing import Callable
 from ..hookspecs import hookimpl
 
 
+def markers_hook(markers: tuple[bytes, ...]):
+    """A module's `forensics_sniff_markers`: the byte strings that mark its lines."""
+    @hookimpl
+    def forensics_sniff_markers():
+        return markers
+
+    return forensics_sniff_markers
+
+
 def reader_hooks(parsers: dict[str, Callable], sniff: Callable[[str, bytes], str | None]):
     """(forensics_sniff, forensics_parse) for a module to bind at top level.
 

@@ -16,6 +16,19 @@ from .textio import (HEAD_BYTES, LAUNCHER_PREFIX, InputError, has_nul, launcher_
                      read_head, stamped, stamped_somewhere, unprefixed, unstamp)
 
 
+def markers(plugins) -> tuple[bytes, ...]:
+    """Every reader's `forensics_sniff_markers`, once per plugin set: what the
+    middle of a big text file is searched for."""
+    count = len(plugins.pm.get_plugins())
+    known = getattr(plugins, "_sniff_markers", None)
+    if known is None or known[0] != count:  # a plugin registered since brings its own
+        # `call` puts every implementation's answer in one list
+        known = count, tuple(dict.fromkeys(m for m in plugins.call("forensics_sniff_markers")
+                                           if isinstance(m, bytes) and m))
+        plugins._sniff_markers = known
+    return known[1]
+
+
 def artifacts_of(kinds: list[str], path: str, display: str, full: bool, stamps: bool):
     """One Artifact per kind; a `kind@[rankN]:` kind (`_split_by_process`) is the lines
     under that prefix, shown as `display[rankN]` (which names its rank)."""
@@ -78,7 +91,7 @@ def _sniff_beyond_head(path: str, plugins) -> tuple[list[str], bool]:
     whether the tail's lines carry a collector's timestamps (a job's output
     stamped from some point on: the stamps are taken off line by line)."""
     try:
-        _, middle, tail = read_ends(path)
+        _, middle, tail = read_ends(path, markers(plugins))
     except InputError:
         return [], False
     kinds: list[str] = []
@@ -109,7 +122,7 @@ def _split_by_process(path: str, head: bytes, plugins, stamps: bool) -> list[str
     sample = unstamp(head) if stamps else head
     if not LAUNCHER_PREFIX.search(sample):
         try:
-            _, middle, tail = read_ends(path)
+            _, middle, tail = read_ends(path, markers(plugins))
         except InputError:
             return []
         sample = unstamp(tail + middle) if stamps else tail + middle

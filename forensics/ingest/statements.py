@@ -22,7 +22,7 @@ from .attribution import STRONG, path_rank
 from .facts import Facts
 from . import nccl, ncclras, torchlog
 from .nccl import _PREFIX as _NCCL_PREFIX
-from .reader import reader_hooks
+from .reader import markers_hook, reader_hooks
 from .textio import (STREAM_ERRORS, InputError, compression, file_size, has_nul, looks_binary, open_binary,
                      read_at_most)
 from .torchlog import _ANSI, _OUTER
@@ -158,3 +158,7 @@ def _prefixes(line: str, labels: bool = False) -> tuple[int | None, int | None, 
 
 
 forensics_sniff, forensics_parse = reader_hooks({KIND: parse}, sniff)
+forensics_sniff_markers = markers_hook((b"Connection closed by peer", b"Timed out", b"timed out", b"CUDA error",
+                                        b"out of memory", b"Killed process", b"Stalled", b"Missing ranks", b"Gloo",
+                                        b"gloo", b"collective", b"signal ", b"Signal ", b"ncclInternalError",
+                                        b"ncclSystemError", b"ncclRemoteError"))

@@ -270,9 +270,9 @@ MIDDLE_WINDOW = 4096           # bytes kept around each hit (a block format's li
 LATE_SCAN_BYTES = 1 << 20      # of a bigger file, this much before its tail is searched for the last hits
 
 
-def read_ends(path: str, size: int = HEAD_BYTES) -> tuple[bytes, bytes, bytes]:
+def read_ends(path: str, markers: tuple[bytes, ...] = (), size: int = HEAD_BYTES) -> tuple[bytes, bytes, bytes]:
     """(head, middle, tail) of a file, decompressed: its first `size` bytes,
-    windows around the lines of its middle that hold one of MARKERS (first
+    windows around the lines of its middle that hold one of `markers` (first
     hits of each, for files up to MIDDLE_SCAN_BYTES; of a bigger plain file,
     the last hit of each in the LATE_SCAN_BYTES before its tail), and its
     last TAIL_BYTES from a line start. A file that fits in the head has no middle or tail.
@@ -292,13 +292,13 @@ def read_ends(path: str, size: int = HEAD_BYTES) -> tuple[bytes, bytes, bytes]:
                 rest = _from_line_start(read_at_most(handle, known - start)) if start > size else \
                     read_at_most(handle, known - start)
                 tail = _from_line_start(rest[-TAIL_BYTES:])
-                return head, _marked_windows(rest[:-TAIL_BYTES], last=True), tail
+                return head, _marked_windows(rest[:-TAIL_BYTES], markers, last=True), tail
             else:  # compressed: streamed, keeping what the scan can afford
                 rest = _stream_rest(handle)
     except STREAM_ERRORS as exc:
         raise InputError(path, f"cannot read: {_reason(exc)}") from None
     tail = _from_line_start(rest[-TAIL_BYTES:]) if len(rest) > TAIL_BYTES else rest
-    middle = _marked_windows(rest[:-TAIL_BYTES]) if len(rest) > TAIL_BYTES else b""
+    middle = _marked_windows(rest[:-TAIL_BYTES], markers) if len(rest) > TAIL_BYTES else b""
     return head, middle, tail
 
 
@@ -318,24 +318,11 @@ def _from_line_start(data: bytes) -> bytes:
     return data[cut + 1:] if 0 <= cut < len(data) - 1 else data
 
 
-# What marks a line some reader may claim, whatever format it starts: NCCL's
-# INFO/WARN lines, c10d and ProcessGroup lines, tracebacks, faulthandler,
-# py-spy, gdb and pystack dumps, desync and analyzer reports, launchers'
-# summaries. Only a prefilter: the sniffers decide on the windows it keeps.
-MARKERS = (b" NCCL INFO ", b" NCCL WARN ", b"ProcessGroup", b"Watchdog caught", b"torch/distributed",
-           b"torch.distributed", b"c10d", b"Traceback (most recent call last)", b"Fatal Python error",
-           b"Current thread 0x", b"Thread 0x", b"(LWP ", b"Python v", b"Traceback for thread", b"collective",
-           b"ChildFailedError", b"NCCL error", b"ncclInternalError", b"ncclSystemError", b"ncclRemoteError",
-           b"Stalled", b"Missing ranks", b"RAS", b"Gloo", b"gloo", b"Connection closed by peer", b"Timed out",
-           b"timed out", b"[Rank ", b"terminate called", b"Signal ", b"signal ", b"CUDA error", b"OOM",
-           b"Killed process")
-
-
-def _marked_windows(data: bytes, last: bool = False) -> bytes:
+def _marked_windows(data: bytes, markers: tuple[bytes, ...], last: bool = False) -> bytes:
     """Windows around the first MIDDLE_HITS lines of `data` holding each marker
     (with `last`, around the last such line of each), in file order, merged."""
     spans: list[tuple[int, int]] = []
-    for marker in MARKERS:
+    for marker in markers:
         if last:
             at = data.rfind(marker)
             if at >= 0:

@@ -67,7 +67,7 @@ from dataclasses import replace
 from typing import NamedTuple
 
 from .. import lazy
-from .reader import reader_hooks
+from .reader import markers_hook, reader_hooks
 from .. import messages
 from ..model import (DEFAULT_GROUP, MAX_RANKS, CommOp, Evidence, GroupProgress, ProcessGroup, ProcessRecord,
                      StuckSignal, normalize_op, plausible_rank)
@@ -184,6 +184,9 @@ def parse(path: str, display: str) -> Facts:
 forensics_sniff, forensics_parse = reader_hooks(
     {KIND: lambda artifact: parse(artifact.path, artifact.display)},
     lambda path, head: KIND if sniff(path, head) else None)
+forensics_sniff_markers = markers_hook(_SNIFF_LITERALS + (
+    b"ProcessGroup", b"Watchdog caught", b"torch/distributed", b"c10d", b"terminate called", b"[Rank ", b"Desync",
+    b"NCCL error", b"Traceback (most recent call last)"))
 
 
 # ---------------------------------------------------------------- reading lines

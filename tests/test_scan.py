@@ -1,0 +1,69 @@
+"""What a file is, decided from all of it (forensics/ingest/scan.py).
+
+A reader is asked about a text file's head, its tail and the lines of its
+middle around the markers readers declare; a console interleaving processes
+under launcher prefixes becomes one artifact per process for the stack-dump
+formats. A new format is one module: its sniff, its parse, its markers.
+"""
+
+from __future__ import annotations
+
+from forensics.hookspecs import hookimpl
+from forensics.ingest import discover
+from forensics.ingest.facts import Facts
+from forensics.plugins import Plugins
+
+OUTPUT = b"".join(b"epoch 3 step %d loss 2.%04d lr 3e-4\n" % (i, i % 9973) for i in range(9000))  # ~330 KB
+
+
+class AcmeReader:
+    """A team's format: one line, `ACME-STALL rank N`, anywhere in a console."""
+
+    def __init__(self, markers: tuple = (b"ACME-STALL",)):
+        self.markers = markers
+
+    @hookimpl
+    def forensics_sniff(self, path, head):
+        return "acme" if b"ACME-STALL" in head else None
+
+    @hookimpl
+    def forensics_sniff_markers(self):
+        return self.markers
+
+    @hookimpl
+    def forensics_parse(self, artifact):
+        return Facts("acme", artifact.display) if artifact.kind == "acme" else None
+
+
+def _kinds(folder, reader) -> dict[str, list[str]]:
+    artifacts, _ = discover([str(folder)], Plugins(autoload=False, extra=(reader,)))
+    found: dict[str, list[str]] = {}
+    for artifact in artifacts:
+        found.setdefault(artifact.display, []).append(artifact.kind)
+    return found
+
+
+def test_a_line_in_the_middle_of_a_console_is_found_by_its_readers_markers(tmp_path):
+    (tmp_path / "rank3.console.log").write_bytes(OUTPUT + b"ACME-STALL rank 3\n" + OUTPUT)
+    assert "acme" in _kinds(tmp_path, AcmeReader())["rank3.console.log"]
+    # without a marker, the middle of the file is not looked at: the line is never shown to the reader
+    assert "acme" not in _kinds(tmp_path, AcmeReader(markers=())).get("rank3.console.log", [])
+
+
+def test_lines_after_hours_of_output_are_found_in_the_tail(tmp_path):
+    (tmp_path / "rank3.console.log").write_bytes(OUTPUT * 3 + b"ACME-STALL rank 3\n")
+    assert "acme" in _kinds(tmp_path, AcmeReader(markers=()))["rank3.console.log"]
+
+
+DUMP = (b"Process %d: python train.py\nPython v3.11.7 (/usr/bin/python3.11)\n\n"
+        b'Thread %d (active): "MainThread"\n    all_reduce (torch/distributed/distributed_c10d.py:2501)\n'
+        b"    train_step (train.py:88)\n")
+
+
+def test_a_console_interleaving_two_ranks_dumps_is_one_artifact_per_rank(tmp_path):
+    first = [b"[rank0]:" + line for line in (DUMP % (100, 100)).splitlines(keepends=True)]
+    second = [b"[rank1]:" + line for line in (DUMP % (200, 200)).splitlines(keepends=True)]
+    (tmp_path / "tee.log").write_bytes(b"".join(a + b for a, b in zip(first, second)))
+    found = _kinds(tmp_path, AcmeReader())
+    assert found.get("tee.log[rank0]") == ["py-spy"] and found.get("tee.log[rank1]") == ["py-spy"]
+    assert "py-spy" not in found.get("tee.log", [])  # not read whole as well: its lines interleave
