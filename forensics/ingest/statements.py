@@ -20,7 +20,7 @@ from .. import messages
 from ..model import Evidence, MessageHit
 from .attribution import STRONG, path_rank
 from .facts import Facts
-from . import nccl, ncclras, torchlog
+from . import gdb, nccl, ncclras, pyspy, pystack, torchlog
 from .nccl import _PREFIX as _NCCL_PREFIX
 from .reader import markers_hook, reader_hooks
 from .textio import (STREAM_ERRORS, InputError, compression, file_size, has_nul, looks_binary, open_binary,
@@ -38,10 +38,14 @@ def sniff(path: str, head: bytes) -> str | None:
     """Text files holding a catalogued line that neither the NCCL nor the
     c10d log reader claims, nor the NCCL RAS report reader: those run the
     catalogue over the lines they read themselves, at no second pass over
-    a big log."""
+    a big log. Nor a stack dump (gdb, py-spy, pystack): its frames name
+    functions, not messages (asked about each sample of a file, so a console
+    with a dump pasted at its head is still searched where its log is)."""
     if has_nul(head) or looks_binary(head) or path.endswith((".py", ".pyi")):
         return None  # Python source quotes these messages as literals: a script, not what a run printed
     if nccl.sniff(path, head) or torchlog.sniff(path, head) or ncclras.sniff(path, head):
+        return None
+    if gdb.sniff(path, head) or pyspy.sniff(path, head) or pystack.sniff(path, head):
         return None
     return KIND if messages.catalogue().mentions(head.decode("utf-8", "replace")) else None
 

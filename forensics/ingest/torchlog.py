@@ -74,7 +74,7 @@ from ..model import (DEFAULT_GROUP, MAX_RANKS, CommOp, Evidence, GroupProgress, 
 from .facts import Facts
 from .cache import BoundedCache as _Cache
 from .grammar import parser
-from .textio import STREAM_ERRORS, InputError, compression, file_size, has_nul, looks_binary, open_binary
+from .textio import STREAM_ERRORS, InputError, compression, file_size, has_nul, lines_with, looks_binary, open_binary
 
 KIND = "torch-log"
 SOURCE = "torch"
@@ -135,14 +135,16 @@ def sniff(path: str, head: bytes) -> bool:
         return False
     if _crash_report(head):  # a rank's stderr: a traceback through c10d, or a C++ abort
         return not looks_binary(head)
-    if not (any(literal in head for literal in _SNIFF_LITERALS)
-            or (b"torch/distributed/" in head and b"] " in head and _SNIFF_GLOG.search(head))):
+    glog = b"torch/distributed/" in head and b"] " in head and _SNIFF_GLOG.search(head) is not None
+    if not (glog or any(literal in head for literal in _SNIFF_LITERALS)):
         return False
     if looks_binary(head):
         return False
     if b"\x1b" in head:
         head = _ANSI_BYTES.sub(b"", head)
-    return _SNIFF.search(head) is not None
+    # only the lines that hold a literal can match: the pattern runs over them, not every position of the head
+    candidates = lines_with(head, _SNIFF_LITERALS + ((b"torch/distributed/",) if glog else ()))
+    return _SNIFF.search(candidates) is not None
 
 
 def _crash_report(head: bytes) -> bool:
