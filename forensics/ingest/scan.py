@@ -13,7 +13,7 @@ from __future__ import annotations
 from ..model import Artifact
 from .attribution import rank_from_path
 from .textio import (HEAD_BYTES, LAUNCHER_PREFIX, InputError, has_nul, launcher_prefixes, looks_binary, read_ends,
-                     read_head, stamped, stamped_somewhere, unprefixed, unstamp)
+                     read_head, stamped, stamped_somewhere, unstamp)
 
 
 def markers(plugins) -> tuple[bytes, ...]:
@@ -63,10 +63,9 @@ def sniff(path: str, display: str, plugins) -> tuple[list[str], str, bool]:
         kinds += [kind for kind in more if kind not in kinds]
         stamps = stamps or stamped_later
     if b"]:" in head or len(head) >= HEAD_BYTES:
-        split = _split_by_process(path, head, plugins, stamps)
-        if split:  # a format read per process is not read whole too: its lines interleave with others'
-            whole = {kind.partition(SPLIT)[0] for kind in split}
-            kinds = [kind for kind in kinds if kind not in whole] + split
+        split, only_prefixed = _split_by_process(path, head, plugins, stamps)
+        # a format read per process is not read whole too, where only its prefixed lines show it
+        kinds = [kind for kind in kinds if kind not in only_prefixed] + split
     if not kinds and not has_nul(head) and not looks_binary(head):  # a rank's console nothing else reads
         from . import console
         kinds = [kind for kind in (console.sniff(path, head),) if kind]
@@ -115,21 +114,34 @@ BLOCK_KINDS = frozenset({"py-spy", "gdb", "pystack", "faulthandler"})
 SPLIT = "@"  # "py-spy@[rank3]:": the kind, read from the lines under that prefix only
 
 
-def _split_by_process(path: str, head: bytes, plugins, stamps: bool) -> list[str]:
+def _split_by_process(path: str, head: bytes, plugins, stamps: bool) -> tuple[list[str], set[str]]:
     """`kind@prefix` for every block format the file's prefixed lines hold,
     once per launcher prefix (`[rank3]:`): two ranks' py-spy dumps or
-    tracebacks interleaved line by line are two dumps."""
+    faulthandler dumps interleaved line by line are two dumps. And the block
+    kinds not to read whole as well: those only the prefixed lines show (a
+    dump the file holds without a prefix, beside a job's `[rank0]:` prints,
+    is still read whole)."""
     sample = unstamp(head) if stamps else head
     if not LAUNCHER_PREFIX.search(sample):
         try:
             _, middle, tail = read_ends(path, markers(plugins))
         except InputError:
-            return []
+            return [], set()
         sample = unstamp(tail + middle) if stamps else tail + middle
         if not LAUNCHER_PREFIX.search(sample):
-            return []
-    found = [k for k in plugins.each("forensics_sniff", path=path, head=unprefixed(sample)) if k in BLOCK_KINDS]
+            return [], set()
+    prefixed, plain = [], []
+    for line in sample.splitlines(keepends=True):
+        found = LAUNCHER_PREFIX.match(line)
+        (prefixed if found else plain).append(line[found.end():] if found else line)
+
+    def block_kinds(lines: list[bytes]) -> set[str]:
+        return {k for k in plugins.each("forensics_sniff", path=path, head=b"".join(lines)) if k in BLOCK_KINDS} \
+            if lines else set()
+
+    found = block_kinds(prefixed)
     if not found:
-        return []
+        return [], set()
     prefixes = launcher_prefixes(path)
-    return [f"{kind}{SPLIT}{prefix.decode('ascii')}" for kind in found for prefix in prefixes]
+    split = [f"{kind}{SPLIT}{prefix.decode('ascii')}" for kind in sorted(found) for prefix in prefixes]
+    return split, found - block_kinds(plain)

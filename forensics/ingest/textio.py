@@ -532,11 +532,6 @@ LAUNCHER_PREFIX = re.compile(rb"(?m)^\[(rank|default)(\d{1,7})\]:")
 MAX_PREFIXED_PROCESSES = 256  # a file interleaving more processes than this is not split by process
 
 
-def unprefixed(data: bytes) -> bytes:
-    """`data` without the launchers' `[rankN]:` / `[defaultN]:` at the start of each line."""
-    return LAUNCHER_PREFIX.sub(b"", data)
-
-
 def launcher_prefixes(path: str) -> list[bytes]:
     """The distinct launcher prefixes (`[rank3]:`) starting lines of the file, in order of
     rank; empty when there are more than MAX_PREFIXED_PROCESSES (not a console split by process)."""
