@@ -338,6 +338,17 @@ def test_slurm_fan_out_runs_collect_once_per_node_into_host_folders(tmp_path, mo
     assert "no rank processes found" in proc.stderr or "'no-such-job' matches 0 of the jobs" in proc.stderr
 
 
+def _collect_kernel_log(tmp_path, monkeypatch, dmesg: bytes) -> dict:
+    """collect's files for one rank that started 8,990 s after boot, with `dmesg` printing `dmesg`."""
+    rank = live.Rank(0, live.Proc(7001, 7000, "S", 8990 * os.sysconf("SC_CLK_TCK"), "python train.py",
+                                  {"RANK": "0"}), 0)
+    monkeypatch.setattr(live.subprocess, "run",
+                        lambda *a, **k: subprocess.CompletedProcess(a, 0, dmesg, b""))
+    manifest = {"errors": []}
+    live._collect_files([rank], str(tmp_path), "node1", manifest)
+    return manifest
+
+
 def test_the_kernel_log_keeps_only_what_came_after_the_job_started(tmp_path, monkeypatch):
     """An OOM kill from before the job is another process's story; its
     report's continuation lines go with it."""
@@ -345,12 +356,7 @@ def test_the_kernel_log_keeps_only_what_came_after_the_job_started(tmp_path, mon
              b"               active_file:53 inactive_file:27 isolated_file:0\n"
              b"[ 9000.500000] python[7001]: segfault at 0 ip 0000 sp 0000 error 4 in libc.so.6\n"
              b"               continuation of the new one\n")
-    rank = live.Rank(0, live.Proc(7001, 7000, "S", 8990 * os.sysconf("SC_CLK_TCK"), "python train.py",
-                                  {"RANK": "0"}), 0)
-    monkeypatch.setattr(live.subprocess, "run",
-                        lambda *a, **k: subprocess.CompletedProcess(a, 0, dmesg, b""))
-    manifest = {"errors": []}
-    live._collect_files([rank], str(tmp_path), "node1", manifest)
+    manifest = _collect_kernel_log(tmp_path, monkeypatch, dmesg)
     assert (tmp_path / "dmesg.txt").read_bytes() == dmesg.split(b"\n", 2)[2]
     assert "2 older line(s) left out" in manifest["notes"][0]
 
@@ -358,12 +364,7 @@ def test_the_kernel_log_keeps_only_what_came_after_the_job_started(tmp_path, mon
 def test_a_kernel_that_logged_nothing_since_the_job_started_leaves_no_empty_file(tmp_path, monkeypatch):
     """An empty dmesg.txt would be listed as not read; the manifest says what there was to say."""
     dmesg = b"[  100.000001] Out of memory: Killed process 6056 (python) total-vm:35378592kB\n"
-    rank = live.Rank(0, live.Proc(7001, 7000, "S", 8990 * os.sysconf("SC_CLK_TCK"), "python train.py",
-                                  {"RANK": "0"}), 0)
-    monkeypatch.setattr(live.subprocess, "run",
-                        lambda *a, **k: subprocess.CompletedProcess(a, 0, dmesg, b""))
-    manifest = {"errors": []}
-    live._collect_files([rank], str(tmp_path), "node1", manifest)
+    manifest = _collect_kernel_log(tmp_path, monkeypatch, dmesg)
     assert not (tmp_path / "dmesg.txt").exists()
     assert "dmesg.txt" not in manifest.get("files", [])
     assert any(note.startswith("dmesg: the kernel logged nothing since") for note in manifest["notes"])
