@@ -42,49 +42,8 @@ UNREADABLE = "unreadable"
 # artifact kinds and files no longer read). `python tests/test_invariance.py` prints today's differences.
 # Each entry must still differ, or the run fails (strict xfail): remove it.
 KNOWN_DIFFERENCES: dict[tuple[str, str], str] = {
-    ("excerpt_barrier_other_group_locals", "append-300KB"):
-        "missing_rank [3] -> unreadable (nothing here describes a process of a distributed job (4 file(s) read: no "
-        "rank, communicator, catalogued message or stack dump in them; 0 file(s) skipped)): read before the training "
-        "output, the readers say: rank0.locals.txt[rank0], rank1.locals.txt[rank1] (+2): no py-spy process or thread "
-        "found",
-    ("excerpt_dataloader_stall_pyspy", "append-300KB"):
-        "missing_rank [2] -> unreadable (nothing here describes a process of a distributed job (4 file(s) read: no "
-        "rank, communicator, catalogued message or stack dump in them; 0 file(s) skipped)): read before the training "
-        "output, the readers say: rank0.pyspy.txt[rank0], rank1.pyspy.txt[rank1] (+2): no py-spy process or thread "
-        "found",
-    ("public_n_frozen_gpu_sendrecv_pipeline", "append-300KB"):
-        "missing_rank [17] -> unreadable (nothing here describes a process of a distributed job (30 file(s) read: no "
-        "rank, communicator, catalogued message or stack dump in them; 0 file(s) skipped)): read before the training "
-        "output, the readers say: rank00.pyspy.txt[rank0], rank01.pyspy.txt[rank1] (+28): no py-spy process or thread"
-        " found",
-    ("public_n_idle_rank_gloo_barrier_vs_nccl_lazy_init", "append-300KB"):
-        "deadlock [0, 1, 2, 3] -> inconclusive []: read before the training output, the readers say: "
-        "rank0.pyspy.txt[rank0], rank1.pyspy.txt[rank1] (+2): no py-spy process or thread found",
-    ("public_q_sglang_mtp_logits_allgather_size_divergence", "append-300KB"):
-        "inconclusive [] -> unreadable (nothing here describes a process of a distributed job (1 file(s) read: no "
-        "rank, communicator, catalogued message or stack dump in them; 1 file(s) skipped)): read before the training "
-        "output, the readers say: ci-job.log[rank0]: no py-spy process or thread found",
-    ("public_r_megatron_pp4_shape_exchange_order_deadlock", "append-300KB"):
-        "inconclusive [] -> unreadable (nothing here describes a process of a distributed job (4 file(s) read: no "
-        "rank, communicator, catalogued message or stack dump in them; 1 file(s) skipped)): read before the training "
-        "output, the readers say: rank0.txt[rank0], rank1.txt[rank1] (+2): no py-spy process or thread found",
-    ("real_boundary_exchange_3_group_cycle_detail", "append-300KB"):
-        "inconclusive [] -> healthy []: read before the training output, the readers say: rank0.locals.txt[rank0], "
-        "rank0.native.txt[rank0] (+7): no py-spy process or thread found; fr_analyzer.txt: unrecognized line: "
-        "'2025-06-01 08:00:00,850 - INFO - train.py:412 - epoch 0 step 1/200000 loss=10.5121 lr=1.50e-07 "
-        "grad_norm=1.194 throug...'; rank0.gdb.txt[rank0], rank1.gdb.txt[rank1] (+1): unrecognized line: validation "
-        "after step 48: ppl 388.42 acc 0.094",
     ("real_boundary_exchange_3_group_cycle_detail", "concat-per-rank"):
         "inconclusive [] -> healthy []: py-spy ×9 not read inside the rank consoles",
-    ("real_collect_missing_rank_snapshots", "append-300KB"):
-        "missing_rank [2] -> inconclusive []: read before the training output, the readers say: "
-        "rank0.native.txt[rank0], rank0.pyspy.txt[rank0] (+6): no py-spy process or thread found",
-    ("synthetic_gdb_cuda_sync_under_barrier", "append-300KB"):
-        "missing_rank [2] -> inconclusive []: read before the training output, the readers say: rank0.gdb.txt[rank0],"
-        " rank1.gdb.txt[rank1] (+3): unrecognized line: validation after step 48: ppl 388.42 acc 0.094",
-    ("synthetic_gdb_item_device_sync", "append-300KB"):
-        "missing_rank [1] -> inconclusive []: read before the training output, the readers say: rank0.gdb.txt[rank0],"
-        " rank1.gdb.txt[rank1] (+4): unrecognized line: validation after step 48: ppl 388.42 acc 0.094",
 }
 
 
