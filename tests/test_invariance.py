@@ -41,10 +41,7 @@ UNREADABLE = "unreadable"
 # (incident, transform): "the incident's verdict [culprits] -> the copy's: what the copy loses" (the
 # artifact kinds and files no longer read). `python tests/test_invariance.py` prints today's differences.
 # Each entry must still differ, or the run fails (strict xfail): remove it.
-KNOWN_DIFFERENCES: dict[tuple[str, str], str] = {
-    ("real_boundary_exchange_3_group_cycle_detail", "concat-per-rank"):
-        "inconclusive [] -> healthy []: py-spy ×9 not read inside the rank consoles",
-}
+KNOWN_DIFFERENCES: dict[tuple[str, str], str] = {}
 
 
 class Outcome(NamedTuple):

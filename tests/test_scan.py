@@ -67,3 +67,23 @@ def test_a_console_interleaving_two_ranks_dumps_is_one_artifact_per_rank(tmp_pat
     found = _kinds(tmp_path, AcmeReader())
     assert found.get("tee.log[rank0]") == ["py-spy"] and found.get("tee.log[rank1]") == ["py-spy"]
     assert "py-spy" not in found.get("tee.log", [])  # not read whole as well: its lines interleave
+
+
+GDB = (b"[New LWP 9366]\n[New LWP 9369]\n[Thread debugging using libthread_db enabled]\n"
+       b'Thread 1 (Thread 0x7f5e2b7fe740 (LWP 9353) "python3"):\n'
+       b"#0  0x00007f5e2b8e1f16 in __futex_abstimed_wait_common64 () from /lib/x86_64-linux-gnu/libc.so.6\n")
+
+
+def test_a_dump_after_gdb_output_that_starts_with_a_bracket_is_found(tmp_path):
+    # gdb's output starts with "[New LWP ...]": text, not a JSON list, so the py-spy dump after it is read
+    (tmp_path / "rank0.console.log").write_bytes(GDB + DUMP % (100, 100))
+    assert {"gdb", "py-spy"} <= set(_kinds(tmp_path, AcmeReader())["rank0.console.log"])
+    # and beyond the head of a big file too: its middle and tail are looked at, as for any text
+    (tmp_path / "rank0.console.log").write_bytes(GDB + OUTPUT + DUMP % (100, 100) + OUTPUT)
+    assert {"gdb", "py-spy"} <= set(_kinds(tmp_path, AcmeReader())["rank0.console.log"])
+
+
+def test_a_json_list_of_objects_is_still_a_document(tmp_path):
+    (tmp_path / "rank0.pyspy.json").write_bytes(
+        b'[{"pid": 1, "thread_id": 2, "os_thread_id": 3, "owns_gil": false, "frames": []}]')
+    assert _kinds(tmp_path, AcmeReader())["rank0.pyspy.json"] == ["py-spy-json"]

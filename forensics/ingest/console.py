@@ -30,8 +30,8 @@ from ..model import Evidence, RankState, plausible_rank
 from .attribution import STRONG, path_rank
 from .facts import Facts
 from .reader import reader_hooks
-from .textio import (HEAD_BYTES, STREAM_ERRORS, InputError, has_nul, looks_binary, open_binary, read_at_most,
-                     read_ends, uncoloured)
+from .textio import (HEAD_BYTES, STREAM_ERRORS, InputError, has_nul, looks_binary, looks_json, open_binary,
+                     read_at_most, read_ends, uncoloured)
 
 KIND = "console"
 LAST_WORDS = 5                 # non-blank lines kept per rank
@@ -74,7 +74,7 @@ def sniff(path: str, head: bytes) -> str | None:
     name = os.path.basename(path)
     if not head or has_nul(head) or looks_binary(head) or _NOT_CONSOLE.search(name) or _TOOL_OUTPUT.search(name):
         return None
-    if head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith((b"{", b"[")) and not _RANK_PREFIX.search(head):
+    if looks_json(head) and not _RANK_PREFIX.search(head):
         return None  # JSON: a document, not a console
     found = path_rank(path)
     if found is not None and found.strength == STRONG:

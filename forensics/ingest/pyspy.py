@@ -39,7 +39,6 @@ What the text cannot tell, and what we assume:
 
 from __future__ import annotations
 
-import json
 import threading
 from json.decoder import JSONDecodeError
 
@@ -110,9 +109,7 @@ def sniff(path: str, head: bytes) -> str | None:
     if b"\x1b" in text[:4096]:
         text = ANSI_COLOUR.sub(b"", text)
     text = text.lstrip()
-    if text.startswith(b"["):
-        if not _SNIFF_JSON_START.match(text):
-            return None
+    if _SNIFF_JSON_START.match(text):  # a JSON list; gdb's "[New LWP 12]" lines are text
         keys = set(_SNIFF_JSON_KEY.findall(text))
         if b"thread_id" in keys and b"frames" in keys and keys & {b"owns_gil", b"os_thread_id",
                                                                   b"short_filename"}:

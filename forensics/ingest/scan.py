@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from ..model import Artifact
 from .attribution import rank_from_path
-from .textio import (HEAD_BYTES, LAUNCHER_PREFIX, InputError, has_nul, launcher_prefixes, looks_binary, read_ends,
-                     read_head, stamped, stamped_somewhere, unstamp)
+from .textio import (HEAD_BYTES, LAUNCHER_PREFIX, InputError, has_nul, launcher_prefixes, looks_binary, looks_json,
+                     read_ends, read_head, stamped, stamped_somewhere, unstamp)
 
 
 def markers(plugins) -> tuple[bytes, ...]:
@@ -80,7 +80,7 @@ def _plain_text(head: bytes) -> bool:
     """Text that is not a structured document (JSON: snapshots, facts, maps), which is known by its head."""
     if has_nul(head) or looks_binary(head):
         return False
-    return not head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith((b"{", b"["))
+    return not looks_json(head)
 
 
 def _sniff_beyond_head(path: str, plugins) -> tuple[list[str], bool]:

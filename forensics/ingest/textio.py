@@ -633,6 +633,17 @@ _TEXT_BYTES = bytes(range(32, 256)) + b"\t\n\r\x1b\x0c\x08"
 _SAMPLE = 8192  # the bytes of a head that tell binary from text
 
 
+_JSON_DOCUMENT = re.compile(rb"\A(?:\xef\xbb\xbf)?\s*(?:\{|\[\s*[\{\]])")
+
+
+def looks_json(head: bytes) -> bool:
+    """A JSON document's start (an object, or a list of objects): snapshots,
+    facts files, py-spy --json, maps. A text starting with a bracket is not one
+    by that alone: gdb's `[New LWP 12]` and `[2024-05-01 10:00:00] ...` log
+    lines are text."""
+    return bool(_JSON_DOCUMENT.match(head))
+
+
 def has_nul(head: bytes) -> bool:
     """A NUL byte in the first 8 KiB: binary for every text reader, and the
     cheap first test of `looks_binary` (no copy, one C scan), which a
