@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.machinery
 import os
 import re
 import sys
+from typing import Callable
 
 import pluggy
 
@@ -79,9 +81,10 @@ class Plugins:
         self.extra = tuple(extra)
         self.builtins = tuple(builtins)
         self._pending = [name for name in builtins if name in RULE_PLUGINS] if defer_rules else []
+        self._given: dict[str, object] = {}  # each plugin as given, by name (pluggy holds its guarded view)
         for name in builtins:
             if name not in self._pending:
-                self.pm.register(importlib.import_module(name), name=name)
+                self._add(importlib.import_module(name), name)
         if autoload is None:
             autoload = not os.environ.get(AUTOLOAD_OFF)
         self.autoload = autoload
@@ -104,19 +107,32 @@ class Plugins:
         """Register the deferred built-in plugins now, in BUILTIN_PLUGINS order."""
         pending, self._pending = self._pending, []
         for name in pending:
-            self.pm.register(importlib.import_module(name), name=name)
+            self._add(importlib.import_module(name), name)
         if pending:
             self.prepared = False
 
     def register(self, plugin, name: str | None = None) -> None:
         self.complete()  # the built-ins first, as when nothing is deferred
         self.prepared = False
+        if plugin is None:
+            return
         try:
-            self.pm.register(plugin, name=name)
+            self._add(plugin, name)
         except Exception as exc:  # a broken plugin is a diagnostic, not a crash
             self.diagnostics.append(Diagnostic(
                 f"<plugin {name or getattr(plugin, '__name__', plugin)!s}>", 0,
                 f"plugin not registered: {exc}", "error"))
+
+    def _add(self, plugin, name: str | None) -> None:
+        name = name or self.pm.get_canonical_name(plugin)
+        if any(plugin is given for given in self._given.values()):
+            raise ValueError(f"already registered as {next(n for n, g in self._given.items() if g is plugin)}")
+        self.pm.register(guarded(self.pm, plugin, name, self._failed), name=name)
+        self._given[name] = plugin
+
+    def _failed(self, plugin_name: str, hook_name: str, exc: BaseException) -> None:
+        self.diagnostics.append(Diagnostic(
+            f"<plugin {plugin_name}>", 0, f"{hook_name} raised {exc.__class__.__name__}: {exc}", "error"))
 
     def _load_entry_points(self) -> None:
         if not may_declare_entry_points(hookspecs.PROJECT):
@@ -134,53 +150,29 @@ class Plugins:
             self.register(plugin, name=f"entrypoint:{ep.name}")
 
     def call(self, hook_name: str, **kwargs) -> list:
-        """Call a collecting hook one implementation at a time, so one plugin's
-        exception costs only its own contribution."""
-        results = []
-        caller = self._caller(hook_name)
-        for impl in caller.get_hookimpls():
-            try:
-                out = impl.function(**{k: kwargs[k] for k in impl.argnames})
-                if out is not None:
-                    results.extend(out)
-            except Exception as exc:
-                self.diagnostics.append(Diagnostic(
-                    f"<plugin {impl.plugin_name}>", 0,
-                    f"{hook_name} raised {exc.__class__.__name__}: {exc}", "error"))
-        return results
+        """A collecting hook's answers joined into one list, oldest
+        registration first (pluggy's call order reversed)."""
+        joined = []
+        for answer in reversed(self._caller(hook_name)(**kwargs)):
+            joined.extend(answer)
+        return joined
 
     def each(self, hook_name: str, **kwargs) -> list:
-        """Every implementation's non-None answer, newest registration first."""
+        """Every implementation's answer in pluggy's call order (newest
+        registration first, `tryfirst` before, `trylast` after), each once."""
         answers = []
-        caller = self._caller(hook_name)
-        for impl in reversed(caller.get_hookimpls()):
-            try:
-                out = impl.function(**{k: kwargs[k] for k in impl.argnames})
-            except Exception as exc:
-                self.diagnostics.append(Diagnostic(
-                    f"<plugin {impl.plugin_name}>", 0,
-                    f"{hook_name} raised {exc.__class__.__name__}: {exc}", "error"))
-                continue
-            if out is not None and out not in answers:
-                answers.append(out)
+        for answer in self._caller(hook_name)(**kwargs):
+            if answer not in answers:
+                answers.append(answer)
         return answers
 
     def first(self, hook_name: str, **kwargs):
-        """Call a firstresult hook, newest registration first, isolating failures."""
+        """A firstresult hook's answer (of another hook, its first answer)."""
         caller = self._caller(hook_name)
-        for impl in reversed(caller.get_hookimpls()):
-            try:
-                out = impl.function(**{k: kwargs[k] for k in impl.argnames})
-            except (InputError, MemoryError):
-                raise  # the file is bad, or past the run's memory limit (reported per file): not the plugin
-            except Exception as exc:
-                self.diagnostics.append(Diagnostic(
-                    f"<plugin {impl.plugin_name}>", 0,
-                    f"{hook_name} raised {exc.__class__.__name__}: {exc}", "error"))
-                continue
-            if out is not None:
-                return out
-        return None
+        answer = caller(**kwargs)
+        if caller.spec is not None and caller.spec.opts.get("firstresult"):
+            return answer
+        return answer[0] if answer else None
 
     def _caller(self, hook_name: str):
         if self._pending and hook_name not in EARLY_HOOKS:
@@ -193,6 +185,154 @@ class Plugins:
         if self.extra:
             return None
         return (self.autoload, self.builtins)
+
+
+# Hooks whose answers `call` joins into one list. An implementation's answer
+# is made a list inside its guard, so one that returns something that is not
+# a collection, or a generator that raises half-way, is named like one that
+# raises at once.
+COLLECTING = frozenset({"forensics_sniff_markers", "forensics_wait_edges", "forensics_findings",
+                        "forensics_graph_findings", "forensics_rules"})
+# What an implementation raises that is the input's fault, not the plugin's:
+# it leaves the hook call (the file is unreadable, or past the run's memory limit).
+NOT_THE_PLUGINS = {"forensics_parse": (InputError, MemoryError)}
+
+
+class _Guarded:
+    """A plugin as pluggy sees it: each hook implementation of the plugin, with
+    the same options, behind a guard (`guard`)."""
+
+    def __init__(self, plugin):
+        self._plugin = plugin
+
+    def __repr__(self) -> str:
+        return f"<guarded {self._plugin!r}>"
+
+
+def guarded(pm: pluggy.PluginManager, plugin, plugin_name: str, failed: Callable) -> _Guarded:
+    """`plugin` with every hook implementation guarded, for `pm.register`.
+
+    pluggy's own call runs every hook (`pm.hook.NAME(...)`): its order,
+    `tryfirst`/`trylast`, `firstresult`, `wrapper=True` and `hookwrapper=True`.
+    What pluggy does not do is go on past an implementation that raises, so
+    each implementation is registered behind a guard that hands the
+    exception to `failed(plugin_name, hook_name, exc)` and answers None (a
+    wrapper's guard passes the others' results through unchanged)."""
+    view = _Guarded(plugin)
+    marker = f"{pm.project_name}_impl"
+    for attr in dir(plugin):
+        opts = pm.parse_hookimpl_opts(plugin, attr)
+        if opts is None:
+            continue
+        function = getattr(plugin, attr)  # a function or method: pluggy found it without running code
+        hook_name = opts.get("specname") or attr
+        guard = _wrapper_guard if opts.get("wrapper") else \
+            _old_wrapper_guard if opts.get("hookwrapper") else _plain_guard
+        fenced = functools.wraps(function)(guard(function, hook_name, lambda exc, hook=hook_name:
+                                                 failed(plugin_name, hook, exc)))
+        setattr(fenced, marker, dict(opts))
+        setattr(view, attr, fenced)
+    return view
+
+
+def _plain_guard(function, hook_name: str, failed: Callable) -> Callable:
+    collecting = hook_name in COLLECTING
+    passes = NOT_THE_PLUGINS.get(hook_name, ())
+
+    def guard(*args, **kwargs):
+        try:
+            answer = function(*args, **kwargs)
+            return list(answer) if collecting and answer is not None else answer
+        except passes:
+            raise
+        except Exception as exc:
+            failed(exc)
+            return None
+
+    return guard
+
+
+def _wrapper_guard(function, hook_name: str, failed: Callable) -> Callable:
+    """A `wrapper=True` implementation: what it raises before or after its
+    yield is its own failure, and the call goes on as if it were absent
+    (an exception of the inner call that it does not handle passes on)."""
+    passes = NOT_THE_PLUGINS.get(hook_name, ())
+    collecting = hook_name in COLLECTING
+
+    def guard(*args, **kwargs):
+        try:
+            teardown = function(*args, **kwargs)
+            next(teardown)
+        except passes:
+            raise
+        except Exception as exc:  # StopIteration included: it did not yield
+            failed(exc)
+            return (yield)
+        try:
+            result = yield
+        except BaseException as inner:  # what the inner call raised: the wrapper may handle it
+            try:
+                teardown.throw(inner)
+            except StopIteration as stop:
+                return stop.value
+            except passes:
+                raise
+            except Exception as exc:
+                if exc is not inner:
+                    failed(exc)
+            else:
+                failed(RuntimeError("the wrapper yielded a second time"))
+                teardown.close()
+            raise inner
+        try:
+            teardown.send(result)
+        except StopIteration as stop:
+            try:  # a collecting hook's wrapper hands on one collection (or None) per implementation
+                return [list(answer) for answer in stop.value if answer is not None] if collecting else stop.value
+            except Exception as exc:
+                failed(exc)
+                return result
+        except passes:
+            raise
+        except Exception as exc:
+            failed(exc)
+            return result
+        failed(RuntimeError("the wrapper yielded a second time"))
+        teardown.close()
+        return result
+
+    return guard
+
+
+def _old_wrapper_guard(function, hook_name: str, failed: Callable) -> Callable:
+    """A `hookwrapper=True` implementation: it receives pluggy's `Result`
+    and may replace it (`force_result`); what it raises is its own failure."""
+    passes = NOT_THE_PLUGINS.get(hook_name, ())
+
+    def guard(*args, **kwargs):
+        try:
+            teardown = function(*args, **kwargs)
+            next(teardown)
+        except passes:
+            raise
+        except Exception as exc:
+            failed(exc)
+            yield
+            return
+        outcome = yield
+        try:
+            teardown.send(outcome)
+        except StopIteration:
+            return
+        except passes:
+            raise
+        except Exception as exc:
+            failed(exc)
+            return
+        failed(RuntimeError("the wrapper yielded a second time"))
+        teardown.close()
+
+    return guard
 
 
 def may_declare_entry_points(group: str) -> bool:

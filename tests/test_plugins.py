@@ -4,6 +4,7 @@ import json
 import os
 import sys
 import textwrap
+from dataclasses import replace
 
 import pytest
 
@@ -12,7 +13,7 @@ from forensics.model import Finding, WaitEdge
 from forensics.plugins import Plugins
 
 from conftest import CORPUS
-from helpers import report_of
+from helpers import incident_of, report_of
 
 HEALTHY_CHAIN = {0: {"current_op": "recv", "waiting_for_ranks": [1]},
                  1: {"current_op": "recv", "waiting_for_ranks": [2]},
@@ -56,6 +57,174 @@ def test_broken_plugin_is_a_diagnostic_and_others_still_run():
     assert report.verdict == "healthy"
     assert any(f.rule == "team-note" for f in report.findings)
     assert any("bug in a team rule" in d.message for d in report.diagnostics)
+
+
+MISMATCH = CORPUS / "synthetic_watchdog_numel_mismatch_rank1"  # rank 1 passes other element counts
+TEAM_HINT = "our data loader pads rank 1's last batch: see the team runbook"
+
+
+class TeamHintWrapper:
+    """A new-style wrapper: it receives what every other implementation answered and hands on its own list."""
+
+    seen = None
+
+    @hookimpl(wrapper=True)
+    def forensics_findings(self, incident):
+        answers = yield
+        self.seen = [f.rule for answer in answers for f in answer]
+        return [[replace(f, hint=TEAM_HINT) if f.rule == "collective-mismatch" else f for f in answer]
+                for answer in answers]
+
+
+class TeamHintOldWrapper:
+    """The same as an old-style `hookwrapper=True`, which replaces pluggy's Result."""
+
+    seen = None
+
+    @hookimpl(hookwrapper=True)
+    def forensics_findings(self, incident):
+        outcome = yield
+        answers = outcome.get_result()
+        self.seen = [f.rule for answer in answers for f in answer]
+        outcome.force_result([[replace(f, hint=TEAM_HINT) if f.rule == "collective-mismatch" else f
+                               for f in answer] for answer in answers])
+
+
+@pytest.mark.parametrize("wrapper", [TeamHintWrapper, TeamHintOldWrapper])
+def test_a_wrapper_sees_the_real_findings_and_its_change_reaches_the_report(wrapper):
+    from forensics import analyze
+    from forensics.report import render
+
+    plain = analyze(MISMATCH, plugins=Plugins(autoload=False))
+    assert plain.verdict == "collective_mismatch"
+    assert all(f.hint != TEAM_HINT for f in plain.findings)
+    team = wrapper()
+    report = analyze(MISMATCH, plugins=Plugins(autoload=False, extra=(team,)))
+    # every other implementation's findings, the built-in rule's two among them
+    assert team.seen.count("collective-mismatch") == 2 and "stated-observation" in team.seen
+    assert report.verdict == "collective_mismatch" and report.culprit_ranks == plain.culprit_ranks
+    changed = [f for f in report.findings if f.rule == "collective-mismatch"]
+    assert len(changed) == 2 and all(f.hint == TEAM_HINT for f in changed)
+    assert [f.rule for f in report.findings] == [f.rule for f in plain.findings]
+    assert TEAM_HINT in json.loads(render(report, "json"))["findings"][0]["hint"]
+    assert not report.diagnostics or all("plugin" not in d.path for d in report.diagnostics)
+
+
+class Ordered:
+    """Records when pluggy calls it; answers one edge whose reason is its name."""
+
+    def __init__(self, name, calls, **opts):
+        self.name, self.calls = name, calls
+
+        @hookimpl(**opts)
+        def forensics_wait_edges(incident):
+            calls.append(name)
+            return [WaitEdge(0, 1, reason=name, rule="team-order")]
+
+        self.forensics_wait_edges = forensics_wait_edges
+
+
+def test_tryfirst_and_trylast_set_the_order_of_calls():
+    calls = []
+    plugins = Plugins(autoload=False, builtins=(), extra=(
+        Ordered("last", calls, trylast=True), Ordered("old", calls), Ordered("first", calls, tryfirst=True),
+        Ordered("new", calls)))
+    edges = plugins.call("forensics_wait_edges", incident=incident_of(HEALTHY_CHAIN))
+    assert calls == ["first", "new", "old", "last"]  # pluggy's order: tryfirst, newest to oldest, trylast
+    assert [e.reason for e in edges] == ["last", "old", "new", "first"]  # `call` lists them the other way round
+    assert plugins.diagnostics == []
+
+
+class TeamParser:
+    """Claims py-spy dumps with a parser of its own; registered after the built-in py-spy reader."""
+
+    def __init__(self, **opts):
+        @hookimpl(**opts)
+        def forensics_parse(artifact):
+            from forensics.ingest.facts import Facts
+
+            return Facts("team-py-spy", artifact.display) if artifact.kind == "py-spy" else None
+
+        self.forensics_parse = forensics_parse
+
+
+def test_a_trylast_parser_is_asked_after_the_builtin_one_of_a_firstresult_hook():
+    from forensics.model import Artifact
+
+    dump = str(CORPUS / "excerpt_dataloader_stall_pyspy" / "rank0.pyspy.txt")
+    artifact = Artifact("py-spy", dump, "rank0.pyspy.txt", 0)
+    assert Plugins(autoload=False, extra=(TeamParser(),)).first("forensics_parse", artifact=artifact).kind \
+        == "team-py-spy"
+    assert Plugins(autoload=False, extra=(TeamParser(trylast=True),)).first(
+        "forensics_parse", artifact=artifact).kind == "py-spy"
+
+
+class BrokenWrappers:
+    """Wrappers that fail before their yield, after it, and by yielding twice."""
+
+    @hookimpl(wrapper=True)
+    def forensics_findings(self, incident):
+        raise RuntimeError("team wrapper broke before its yield")
+        yield
+
+    @hookimpl(wrapper=True)
+    def forensics_wait_edges(self, incident):
+        answers = yield
+        answers.clear()  # half-done work of a wrapper that then fails is its own; the others' lists stand
+        raise RuntimeError("team wrapper broke after its yield")
+
+    @hookimpl(hookwrapper=True)
+    def forensics_graph_findings(self, incident, analysis):
+        yield
+        yield
+
+    @hookimpl(wrapper=True)
+    def forensics_rules(self):
+        yield
+        return [object()]  # not one collection per implementation
+
+
+def test_a_broken_wrapper_is_a_diagnostic_and_the_others_results_stand():
+    plugins = Plugins(autoload=False, extra=(BrokenWrappers(), ExtraFinding()))
+    report = report_of(HEALTHY_CHAIN, plugins=plugins)
+    plain = report_of(HEALTHY_CHAIN)
+    assert report.verdict == plain.verdict == "healthy"
+    assert any(f.rule == "team-note" for f in report.findings)
+    assert set(report.rules) == set(plain.rules)
+    messages = [d.message for d in report.diagnostics if d.path.startswith("<plugin ")]
+    assert len(messages) == 4
+    assert any("forensics_findings raised RuntimeError: team wrapper broke before its yield" in m for m in messages)
+    assert any("forensics_wait_edges raised RuntimeError: team wrapper broke after its yield" in m for m in messages)
+    assert any("forensics_graph_findings raised RuntimeError" in m and "second" in m for m in messages)
+    assert any("forensics_rules raised TypeError" in m for m in messages)
+
+
+class ParserMeetsBadFile:
+    """A wrapper around parsing: the file's own error passes through it, as without it."""
+
+    seen = []
+
+    @hookimpl(wrapper=True)
+    def forensics_parse(self, artifact):
+        try:
+            return (yield)
+        except Exception as exc:
+            self.seen.append(type(exc).__name__)
+            raise
+
+
+def test_an_input_error_leaves_the_parse_hook_through_wrappers(tmp_path):
+    from forensics.ingest.textio import InputError
+    from forensics.model import Artifact
+
+    snapshot = tmp_path / "snapshot.json"
+    snapshot.write_text('{"0": {"current_op": ')
+    team = ParserMeetsBadFile()
+    plugins = Plugins(autoload=False, extra=(team,))
+    with pytest.raises(InputError):
+        plugins.first("forensics_parse", artifact=Artifact("snapshot", str(snapshot), "snapshot.json"))
+    assert team.seen == ["InputError"]
+    assert plugins.diagnostics == []
 
 
 def _install_fake_dist(root, module_source, module_name="team_plugin"):
