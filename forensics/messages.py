@@ -48,7 +48,7 @@ from .model import Evidence, MessageHit, normalize_op
 CAUSES = ("hang", "timeout", "network_fault", "peer_died", "collective_mismatch", "missing_rank",
           "crash", "oom", "config", "init_failure", "abort", "info")
 BLAMES = ("self", "peer", "ranks", "host", "none")
-PROJECTS = ("pytorch", "nccl", "gloo", "linux", "nvidia", "openmpi")
+PROJECTS = ("pytorch", "nccl", "gloo", "linux", "nvidia", "openmpi", "horovod")
 
 _INT_FIELDS = ("rank", "peer_rank", "seq", "pid", "peer_pid", "local_rank", "nranks", "world_size",
                "timeout_ms", "elapsed_ms", "exit_code", "last_enqueued", "last_started", "last_completed",
@@ -58,8 +58,10 @@ _STR_FIELDS = ("group", "group_desc", "host", "peer_host", "peer_addr", "addr", 
 # name → how its text becomes a value
 FIELD_KINDS = {**dict.fromkeys(_INT_FIELDS, "int"), **dict.fromkeys(_STR_FIELDS, "str"),
                "error": "int_or_str", "op": "op", "ranks": "ranks", "signal": "signal",
-               "op_count_hex": "hex", "timeout_s": "seconds", "elapsed_s": "seconds"}
-_RENAMED = {"op_count_hex": "op_count", "timeout_s": "timeout_ms", "elapsed_s": "elapsed_ms"}
+               "op_count_hex": "hex", "timeout_s": "seconds", "elapsed_s": "seconds",
+               "rank_listing": "rank_listing", "ready_listing": "ready_listing"}
+_RENAMED = {"op_count_hex": "op_count", "timeout_s": "timeout_ms", "elapsed_s": "elapsed_ms",
+            "rank_listing": "ranks", "ready_listing": "ranks"}
 _SIGNALS = {1: "SIGHUP", 2: "SIGINT", 3: "SIGQUIT", 4: "SIGILL", 6: "SIGABRT", 7: "SIGBUS", 8: "SIGFPE",
             9: "SIGKILL", 11: "SIGSEGV", 13: "SIGPIPE", 14: "SIGALRM", 15: "SIGTERM"}
 _REQUIRED = ("id", "project", "source", "versions", "level", "match", "patterns", "example", "facts",
@@ -171,7 +173,30 @@ def _value(kind: str, text: str):
         return tuple(sorted({int(n) for n in _RANK_LIST.findall(text)}))
     if kind == "signal":
         return _signal(text)
+    if kind == "rank_listing":  # `0: [a, b] 3!: [c]`: the ranks each listing line starts with
+        return tuple(sorted({int(n) for n in _LISTED_RANK.findall(text)})) or None
+    if kind == "ready_listing":
+        return _not_ready(text)
     return text
+
+
+_LISTED_RANK = re.compile(r"(?:^|\]|\s)\s*(\d{1,7})!?: \[")
+_READY = re.compile(r"\[ready ranks:([\d, ]*)\]")
+
+
+def _not_ready(text: str) -> tuple[int, ...] | None:
+    """`NAME [ready ranks: 0, 1, 3], NAME [ready ranks: ...]` (Horovod's oldest stall
+    warning): the ranks missing from the ready list of the op most ranks are ready
+    for (of several such ops, from any), below the highest rank any list names.
+    MPI numbers ranks 0..size-1 without gaps, so a gap is a rank that has not
+    submitted the op; a missing rank above every listed one cannot be told."""
+    lists = [{int(n) for n in _RANK_LIST.findall(found)} for found in _READY.findall(text)]
+    seen = set().union(*lists) if lists else set()
+    if not seen:
+        return None
+    most = max(len(ready) for ready in lists)
+    missing = {rank for ready in lists if len(ready) == most for rank in range(max(seen) + 1) if rank not in ready}
+    return tuple(sorted(missing)) or None
 
 
 def _hex(text: str) -> int | None:
@@ -291,9 +316,10 @@ class Catalogue:
                 out.append((entry, facts))
         return out
 
-    def lines_with_literals(self, text: str):
+    def lines_with_literals(self, text: str, ends: bool = False):
         """(1-based line number, line) of each line of `text` holding any
-        entry's literal: one C-speed search over the text, not a loop over lines."""
+        entry's literal: one C-speed search over the text, not a loop over lines.
+        With `ends`, (number, line, where the line ends in `text`)."""
         if self._any is None:
             return
         number, position, last_start = 1, 0, -1
@@ -305,7 +331,8 @@ class Catalogue:
             position = start
             end = text.find("\n", found.end())
             last_start = start
-            yield number, text[start:] if end < 0 else text[start:end]
+            line = text[start:] if end < 0 else text[start:end]
+            yield (number, line, len(text) if end < 0 else end) if ends else (number, line)
 
 
 # Characters that fill log and stack text: a tail starting with one of them

@@ -65,7 +65,7 @@ def parse(artifact) -> Facts:
     dropped: dict[str, int] = {}
     lines = 0
     for number, line in ((n if last is None else n - last - 1, line)
-                         for text, last in windows for n, line in cat.lines_with_literals(text)):
+                         for text, last in windows for n, line in _with_listings(text, cat)):
         lines += 1
         if len(line) > MAX_LINE:
             facts.diag(number, f"line of {len(line)} characters not searched for stated causes (limit {MAX_LINE})")
@@ -91,6 +91,38 @@ def parse(artifact) -> Facts:
                             key=lambda h: (h.evidence.line < 0, h.evidence.line))
     facts.lines_read = lines
     return facts
+
+
+# Horovod's stall inspector prints a header line, then `Missing ranks:` (0.16-0.19: `Stalled
+# ranks:`) and one `N: [tensor, ...]` line per rank that has not submitted them; its oldest
+# wording, `Stalled ops:` and `NAME [ready ranks: 0, 1, ...]` per op, one line or several.
+# Such a listing is read as one line: the line that opens it with the lines that list.
+_OPENS_LISTING = re.compile(r"(?:Missing ranks|Stalled ranks):\s*$|Stalled ops:")
+_LISTING_LINE = re.compile(r"\s*(?:\d{1,7}!?: \[|[^\s\[\]]+ \[ready ranks:)")
+_MAX_LISTING = 4096  # lines: Horovod lists one per rank
+
+
+def _with_listings(text: str, cat):
+    """(number, line) of the lines holding a catalogue literal, a listing
+    (`_OPENS_LISTING`) joined with its listing lines, each without its prefixes."""
+    joined_until = -1
+    for number, line, end in cat.lines_with_literals(text, ends=True):
+        if end <= joined_until:
+            continue  # a listing line, read with the line that opened its listing
+        if _OPENS_LISTING.search(line) is None:
+            yield number, line
+            continue
+        parts = [line.rstrip()]
+        for _ in range(_MAX_LISTING):
+            nxt = text.find("\n", end + 1)
+            following = text[end + 1:] if nxt < 0 else text[end + 1:nxt]
+            body = _prefixes(following)[4] if following else ""
+            if end >= len(text) or _LISTING_LINE.match(body) is None:
+                break
+            parts.append(body.strip())
+            end = len(text) if nxt < 0 else nxt
+        joined_until = end
+        yield number, " ".join(parts)
 
 
 def _read(path: str, display: str) -> tuple[list[tuple[str, int | None]], int]:

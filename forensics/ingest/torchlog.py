@@ -687,7 +687,11 @@ def _specific(template) -> int:
 # ---------------------------------------------------------------- cutting the stream into records
 
 _ANSI = lazy.regex(_ANSI_PATTERN)
-_OUTER = lazy.regex(r"\[rank(?P<rank>\d{1,7})\]:|\[default(?P<local>\d{1,7})\]:"
+# `[rankN]:` (torchrun --tee), Open MPI's --tag-output `[JOB,N]<stderr>:` (N is the MPI rank: Horovod's and a
+# torch job's under mpirun; with --timestamp-output a ctime before it), `[defaultN]:` (a local rank), Ray's
+# `(pid=N, ip=…)`
+_OUTER = lazy.regex(r"(?:[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})?"  # mpirun --timestamp-output
+                    r"\[(?:rank|\d{1,6},)(?P<rank>\d{1,7})\](?:<std(?:out|err|diag)>)?:|\[default(?P<local>\d{1,7})\]:"
                     r"|\((?:[A-Za-z_][\w.:\-]*\s+)?pid=(?P<pid>\d{1,10})(?:,\s*ip=(?P<ip>[^)\s]+))?\)\s?")
 _GLUED = lazy.regex(r"\[(?:rank|default)\d{1,7}\]:|\[[FEWIV]\d{3,4} \d\d:\d\d:\d\d\.\d{6,9} "
                     r"|\[[FEWIV] [\w\-]+\.(?:cpp|cc|cu|cxx):\d+\] \[(?:Rank \d|PG )")  # <= 2.2: no time
