@@ -12,6 +12,10 @@ Set FORENSICS_DISABLE_PLUGIN_AUTOLOAD=1 to skip entry points (the test suite
 does). A plugin that fails to import or raises in a hook becomes a diagnostic
 in the report, never a crash.
 
+pluggy calls every hook: `tryfirst`/`trylast`, `firstresult`, `wrapper=True`
+and `hookwrapper=True` mean what they mean in pluggy. The newest registration
+is called first; the hooks that return lists are joined oldest first.
+
 Data flows one way: parsers see files, rules see the merged `Incident`, graph
 rules see the incident plus the reduced wait-for graph. No rule sees a
 report; only the renderers a format plugin returns do, once it is final.
