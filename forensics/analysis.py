@@ -6,7 +6,7 @@ import os
 import re
 from dataclasses import dataclass, field, replace
 
-from . import clock, confidence, explain, stackclasses
+from . import clock, confidence, explain, progress_table, stackclasses
 from .graph import GraphAnalysis, analyze_graph, build_graph
 from .model import EXITED, UNKNOWN, Confidence, Event, Evidence, Finding, Incident
 from .postmortem import decisive, first_causes
@@ -110,6 +110,7 @@ class Report:
     first_failures: list = field(default_factory=list)  # the Events nothing surely precedes
     dump_groups: list = field(default_factory=list)  # unattributed dumps by where they are: [(judged, [dumps])]
     notes: dict = field(default_factory=dict)  # rank → RankNote
+    group_progress: list = field(default_factory=list)  # progress_table.GroupRows: who reached which seq
     provenance: Provenance | None = None
 
     def decisive(self, limit: int) -> list[TimelineEntry]:
@@ -182,6 +183,7 @@ def analyze_incident(incident: Incident, plugins) -> Report:
     report.first_failures = first_causes(incident)
     report.dump_groups = stackclasses.group_dumps(incident.unattributed) if incident.unattributed else []
     report.notes = rank_notes(incident)
+    report.group_progress = progress_table.build(incident)
     report.provenance = Provenance.now(incident)
     root.narrative = {lang: explain.narrative(report, lang) for lang in explain.LANGS}
     return report

@@ -29,7 +29,8 @@ from .safe_text import html_escape as escape
 TIMELINE_LISTED = 40        # events listed under the lanes
 LANES_SHOWN = 16            # timeline lanes drawn; the rest are counted ("N more ranks")
 FULL_TABLE_LIMIT = 64       # ranks shown row by row at the top; more are grouped (all rows stay, folded)
-GROUPS_SHOWN = 40           # grouped rows of a large job
+GROUPS_SHOWN = 40           # grouped rows of a large job; process groups in the progress table
+PROGRESS_ROWS = 64          # sequence numbers shown per process group (JSON lists all)
 MAX_EXCERPTS = 300          # distinct cited lines shown as excerpts; further citations stay plain text
 CONTEXT = 3                 # lines shown either side of a cited line
 LINE_CHARS = 240            # a longer artifact line is cut (a 10,000-rank snapshot is one line)
@@ -77,6 +78,9 @@ _L = {
                     "placed in their order (earlier to the left), not to scale.",
         "undated": "No line gives a time: the dots are placed in the order the events were read, not by time.",
         "last_line": "last log line", "last_progress": "last progress",
+        "progress": "Progress by group", "no_record": "no record",
+        "progress_note": "The furthest collective each rank reached in each process group; who is behind is "
+                         "listed first.",
     },
     "zh": {
         "title": "forensics 报告", "verdict": "结论", "culprits": "罪魁 Rank", "cycle": "环路",
@@ -108,6 +112,8 @@ _L = {
         "by_order": "其中若干事件的时间相同（就日志所记的精度而言）：圆点按先后顺序排列（越早越靠左），不按时间比例。",
         "undated": "没有任何行带时间：圆点按读取到的先后顺序排列，而非按时间。",
         "last_line": "最后一行日志", "last_progress": "最近进展",
+        "progress": "各通信组进度", "no_record": "无记录",
+        "progress_note": "每个 Rank 在各通信组中到达的最远集合通信；落后者列在前面。",
     },
 }
 
@@ -135,6 +141,7 @@ def render(report, lang: str = "en") -> str:
         _narrative(data, t, excerpts, lang),
         _timeline(report, t, excerpts),
         _ranks(report, data, stack_of_rank, t, excerpts),
+        _progress(report, t),
         _stacks(tree, leaves, t),
         _findings(report, data, lang, excerpts),
         _diagnostics(report, t, excerpts),
@@ -415,6 +422,35 @@ def _ranks(report, data, stack_of_rank, t, excerpts) -> str:
             f'<table class="groups">{"".join(grouped)}</table>'
             f'<details class="allranks"><summary>{escape(t["all_ranks"].format(n=f"{len(states):,}"))}</summary>'
             f'{table}</details></section>')
+
+
+def _progress(report, t) -> str:
+    """Who stopped where (report.group_progress): a row per sequence number
+    the ranks of a group reached, the group's cell spanning its rows."""
+    if not report.group_progress:
+        return ""
+    culprits = set(report.culprit_ranks)
+    rows = []
+    for table in report.group_progress[:GROUPS_SHOWN]:
+        lines = [(str(row.seq), row.op or "-", row.state, row.ranks) for row in table.rows[:PROGRESS_ROWS]]
+        if len(table.rows) > PROGRESS_ROWS:
+            lines.append((t["more"].format(n=len(table.rows) - PROGRESS_ROWS), "", "", ()))
+        if table.no_record:
+            lines.append(("-", "-", t["no_record"], table.no_record))
+        label = f"{table.group} ({table.name})" if table.name else table.group
+        for index, (seq, op, state, ranks) in enumerate(lines):
+            cls = ' class="culprit"' if culprits.intersection(ranks) else ""
+            head = f'<td class="group" rowspan="{len(lines)}">{escape(label)}</td>' if index == 0 else ""
+            rows.append(f"<tr{cls}>{head}<td>{escape(seq)}</td><td>{escape(op)}</td><td>{escape(state)}</td>"
+                        f"<td>{escape(compact(ranks))}</td></tr>")
+    more = len(report.group_progress) - GROUPS_SHOWN
+    if more > 0:
+        rows.append(f'<tr><td colspan="5">{escape(t["more"].format(n=more))}</td></tr>')
+    head = (f'<tr><th>{t["group"]}</th><th>{t["seq"]}</th><th>{t["op"]}</th><th>{t["state"]}</th>'
+            f'<th>{t["ranks_of"]}</th></tr>')
+    return (f'<section id="progress"><h2>{escape(t["progress"])}</h2>'
+            f'<p class="muted">{escape(t["progress_note"])}</p>'
+            f'<table class="progress">{head}{"".join(rows)}</table></section>')
 
 
 def _last_cells(note, excerpts) -> str:

@@ -7,7 +7,7 @@ they produce against it, so a field added here without it fails the tests.
 
 from __future__ import annotations
 
-from .. import stackclasses, topology
+from .. import progress_table, stackclasses, topology
 from ..model import node_label
 from .safe_text import json_dumps
 
@@ -55,7 +55,7 @@ def to_dict(report, lang: str = "en") -> dict:
                 entry["ring_links"] = [link.to_json() for link in links]
         ranks[str(rank)] = entry
     root = report.root_cause
-    return {
+    out = {
         "schema": SCHEMA,
         "verdict": report.verdict,
         "culprit_ranks": list(report.culprit_ranks),
@@ -84,6 +84,9 @@ def to_dict(report, lang: str = "en") -> dict:
                  for r in report.incident.read],
         "diagnostics": [d.to_json() for d in report.diagnostics],
     }
+    if report.group_progress:  # optional: only where some rank's calls are numbered
+        out["group_progress"] = progress_table.to_json(report.group_progress)
+    return out
 
 
 def _last(state, note) -> dict:

@@ -66,6 +66,8 @@ def render(report, lang: str = "en") -> str:
             if not graph_done and item.kind == "ranks":
                 out.extend(_graph(report, words))
                 graph_done = True
+            if out and out[-1].strip():  # a table after a list item would continue the item
+                out.append("")
             out.extend(_table(item))
             continue
         style = item.style

@@ -18,6 +18,8 @@ PER_RANK_LIMIT = 32
 DECISIVE = 12  # timeline entries shown
 DIAGNOSTICS_SHOWN = 10
 WAITS_SHOWN = 64
+GROUPS_SHOWN = 16  # groups in the progress table; JSON lists all
+ROWS_SHOWN = 12    # sequence numbers shown per group
 _FROM_END = re.compile(r"\S:-\d")  # a citation `path:-N` (tail mode)
 
 # The report's own words, by language; everything else comes from the Report.
@@ -29,6 +31,9 @@ WORDS = {
         "first": "  ◀ first failure", "timeline_header": ("time", "who", "role", "what", "evidence"),
         "ranks": "Ranks ({n}):", "ranks_grouped": "Ranks ({n}, grouped by state):",
         "more_classes": "… {more} more", "why": "Why:",
+        "group_progress": "Progress by group (the furthest collective each rank reached):",
+        "group_progress_header": ("group", "seq", "op", "state", "ranks"), "no_record": "no record",
+        "more_rows": "… {n} more (--format json lists all)",
         "last_printed": "Last printed (each rank's own console):", "progress": "last progress",
         "this_line": "this line",
         "stacks": "Stack classes (main thread, {ranks}, {classes}):",
@@ -50,6 +55,9 @@ WORDS = {
         "first": "  ◀ 最早的故障", "timeline_header": ("时间", "对象", "角色", "事件", "证据"),
         "ranks": "各 Rank 状态 ({n}):", "ranks_grouped": "各 Rank 状态（{n} 个，按状态归类）:",
         "more_classes": "… 另有 {more}", "why": "判定依据:",
+        "group_progress": "各通信组进度（每个 Rank 到达的最远集合通信）:",
+        "group_progress_header": ("通信组", "序号", "操作", "状态", "Rank"), "no_record": "无记录",
+        "more_rows": "… 另有 {n} 行（--format json 列出全部）",
         "last_printed": "最后输出（各 Rank 自己的控制台）:", "progress": "最近进展",
         "this_line": "即上一行",
         "stacks": "调用栈归类（主线程，{ranks}，{classes}）:",
@@ -187,17 +195,17 @@ def render_terminal(report, lang: str = "en", width: int | None = None, color: b
 
 
 def blocks(report, lang: str = "en") -> list:
-    """The report as styled lines and one Table, in the order every renderer
-    shows them: verdict, cycles, narrative, timeline, ranks, why, stack
-    classes, unattributed dumps, findings, unread lines, skipped files,
+    """The report as styled lines and Tables, in the order every renderer
+    shows them: verdict, cycles, narrative, timeline, ranks, why, progress
+    by group, stack classes, unattributed dumps, findings, unread lines, skipped files,
     diagnostics. Each fact once: what the narrative tells, later sections
     point back to instead of repeating."""
     lang = "zh" if lang == "zh" else "en"
     words = WORDS[lang]
     out: list = []
     said = Said()
-    for section in (_verdict_section, _narrative_section, _timeline_section, _ranks_section, _stacks_section,
-                    _unattributed_section, _findings_section, _unread_section):
+    for section in (_verdict_section, _narrative_section, _timeline_section, _ranks_section, _progress_section,
+                    _stacks_section, _unattributed_section, _findings_section, _unread_section):
         found = section(report, lang, words, said) if section is _findings_section else section(report, lang, words)
         for item in found:
             if not isinstance(item, Table) and item.style != "stack" and section is not _findings_section:
@@ -231,6 +239,33 @@ def _narrative_section(report, lang, words) -> list:
     narrative = report.root_cause.narrative.get(lang) or report.root_cause.narrative.get("en", "")
     return [Line(line, "headline" if index == 0 else "narrative")
             for index, line in enumerate(narrative.split("\n"))] + [Line()]
+
+
+def _progress_section(report, lang, words) -> list:
+    """Who stopped where: per group, one row per sequence number the ranks
+    reached (report.group_progress), the laggards first."""
+    tables = report.group_progress
+    if not tables:
+        return []
+    culprits = set(report.culprit_ranks)
+    rows, marked = [], []
+    for table in tables[:GROUPS_SHOWN]:
+        label = f"{table.group} ({table.name})" if table.name else table.group
+        for row in table.rows[:ROWS_SHOWN]:
+            rows.append((label, str(row.seq), row.op or "-", row.state, compact(row.ranks)))
+            marked.append(bool(culprits.intersection(row.ranks)))
+            label = ""
+        if len(table.rows) > ROWS_SHOWN:
+            rows.append((label, words["more_rows"].format(n=len(table.rows) - ROWS_SHOWN), "", "", ""))
+            marked.append(False)
+            label = ""
+        if table.no_record:
+            rows.append((label, "-", "-", words["no_record"], compact(table.no_record)))
+            marked.append(bool(culprits.intersection(table.no_record)))
+    if len(tables) > GROUPS_SHOWN:
+        rows.append((words["more_rows"].format(n=len(tables) - GROUPS_SHOWN), "", "", "", ""))
+        marked.append(False)
+    return [Line(), Table(words["group_progress"], words["group_progress_header"], rows, marked, "progress")]
 
 
 def _stacks_section(report, lang, words) -> list:
