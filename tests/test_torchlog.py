@@ -445,11 +445,14 @@ def test_ray_prefix_gives_pid_and_node():
 def test_old_prefix_without_time_or_global_rank():
     facts = parse(FIXTURES / "old_torch.log")
     record, = own(facts)
-    assert record.rank is None  # `[Rank 1]` is group-local: the file does not state the global rank
+    # `[Rank 1]` is a rank of the group the work ran in; alone in a file whose name and lines name no other
+    # rank or group, it is the only rank there is: taken as global rank 1, and the report says so
+    assert record.rank == 1
+    assert any("[Rank 1]" in d.message and "taken as the global rank" in d.message for d in facts.diagnostics)
     assert op_of(record) == ("all_reduce", "0", 5, "started", ((1024, 8),), "")
     assert (record.progress["0"].enqueued, record.progress["0"].completed) == (6, 4)
     assert lines(record.errors) == [1, 2, 3, 4]
-    assert facts.stuck[0].detail == "old_torch.log: all_reduce #5 ran 1800523 ms past its 1800000 ms timeout"
+    assert facts.stuck[0].detail == "rank 1: all_reduce #5 ran 1800523 ms past its 1800000 ms timeout"
 
 
 def test_hard_wrapped_lines_are_rejoined():

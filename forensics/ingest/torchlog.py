@@ -74,6 +74,7 @@ from ..model import (DEFAULT_GROUP, MAX_RANKS, CommOp, Evidence, GroupProgress, 
 from .facts import Facts
 from .cache import BoundedCache as _Cache
 from .grammar import parser
+from .attribution import path_rank
 from .textio import STREAM_ERRORS, InputError, compression, file_size, has_nul, lines_with, looks_binary, open_binary
 
 KIND = "torch-log"
@@ -1549,8 +1550,15 @@ class _Reader:
         # Several processes' old `[Rank N]` lines in one file, and no group
         # but the default one: each N is a global rank. One process's alone
         # names no global rank (it may be group-local): its path does.
-        split_old = (all(guid == DEFAULT_GROUP for guid in self.groups)
-                     and len({k[1] for k in procs if k[0] == "wrank"}) > 1)
+        only_default = all(guid == DEFAULT_GROUP for guid in self.groups)
+        old_ranks = {k[1] for k in procs if k[0] == "wrank"}
+        split_old = only_default and len(old_ranks) > 1
+        # One process's old `[Rank N]` lines alone, in a file whose name names
+        # no rank and whose lines name no other process nor any group but the
+        # default: its watchdog's word is the only rank there is. Taken as the
+        # global rank (the default group's numbering) and said so.
+        lone_old = (only_default and len(old_ranks) == 1 and path_rank(self.display) is None
+                    and not any(k[0] in ("rank", "local", "tasklocal", "pid") for k in procs))
         assignments = {}
         for key in sorted((k for k in procs if k[0] in ("local", "tasklocal", "wrank", "task")), key=str):
             kind = key[0]
@@ -1569,6 +1577,11 @@ class _Reader:
                     move(key, ("rank", label))
                 elif rank in self.default_ranks or split_old:
                     move(key, ("rank", rank))
+                elif lone_old:
+                    move(key, ("rank", rank))
+                    self.facts.diag(0, f"rank {rank} as this process's own c10d lines state it ([Rank {rank}]): "
+                                       "a rank of the group its work ran in, which these lines do not name; "
+                                       "taken as the global rank, since no other group is named", "info")
                 else:
                     move(key, FILE if label is None else ("task", label))
             elif labels_are_ranks:
