@@ -71,6 +71,10 @@ def build_parser(plugin_set=None) -> argparse.ArgumentParser:
     analyze.add_argument("--hung", action="store_true",
                          help="the job is known to be stuck: ranks waiting on a rank that is "
                               "still computing become a missing-rank finding")
+    analyze.add_argument("--stuck-after", type=_seconds, default=None, metavar="SECONDS",
+                         help="ranks that kept their place in a communication call through collect's snapshot "
+                              "rounds are stuck once the rounds span this long (default: what collect "
+                              "recorded: half the job's collective timeout where known, else 60)")
     analyze.add_argument("--output", "-o", metavar="FILE", help="write the report here instead of stdout")
     analyze.add_argument("--no-plugins", action="store_true",
                          help="do not load third-party plugins from the 'forensics' entry points")
@@ -138,6 +142,10 @@ def build_parser(plugin_set=None) -> argparse.ArgumentParser:
                            "without --hung (default 1)")
     coll.add_argument("--interval", type=_seconds, default=5.0, metavar="SECONDS",
                       help="seconds between rounds (default 5)")
+    coll.add_argument("--stuck-after", type=_seconds, default=None, metavar="SECONDS",
+                      help="with --snapshots: ranks that kept their place in a communication call are stuck "
+                           "once the rounds span this long; below it the report says it is not a hang yet "
+                           "(default: half the job's collective timeout where a dump states it, else 60)")
     coll.add_argument("--tool-timeout", type=_seconds, default=20.0, metavar="SECONDS",
                       help="give up on one dump of one rank after this long (default 20)")
     coll.add_argument("--per-host", action="store_true",
@@ -357,7 +365,7 @@ def _collect(args, parser, plugin_set) -> int:
     echo = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     options = Options(out=out, pids=tuple(args.pid), job=args.job, locals=args.locals, gdb=args.gdb,
                       snapshots=max(1, args.snapshots), interval=args.interval, timeout=args.tool_timeout,
-                      echo=echo)
+                      echo=echo, stuck_after=args.stuck_after)
     try:
         manifest = collect(options)
     except CollectError as exc:
@@ -409,6 +417,7 @@ def slurm_command(args, out: str) -> list[str]:
            "--tool-timeout", str(args.tool_timeout), "--quiet"]
     cmd += ["--locals"] if args.locals else []
     cmd += ["--gdb"] if args.gdb else []
+    cmd += ["--stuck-after", str(args.stuck_after)] if getattr(args, "stuck_after", None) is not None else []
     # each node's collect takes this Slurm job's ranks, whatever else runs on the node
     cmd += ["--job", args.job or f"slurm job {args.slurm}"]
     return cmd
@@ -482,8 +491,9 @@ def _analyze_paused(args, plugin_set) -> int:
     limits = _limits_of(args)
     progress = None if args.quiet or not _is_terminal(sys.stderr) else ProgressBar()
     saved = run_limits.set_memory_limit(limits.parent_memory())
+    from .ingest.progress import stuck_after
     try:
-        with run_limits.applied(limits):
+        with run_limits.applied(limits), stuck_after(args.stuck_after):
             try:
                 incident = load_incident([str(p) for p in args.paths], plugins, hung=args.hung,
                                          jobs=args.jobs, full=args.full, progress=progress,

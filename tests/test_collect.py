@@ -171,8 +171,9 @@ def test_a_missing_rank_is_stuck_by_snapshots_without_hung(job_factory, tmp_path
     proc, seconds = _collect(tmp_path / "one", "--job", str(job.port), "--analyze", "-f", "json")
     single = json.loads(proc.stdout)
     assert single["verdict"] == "healthy" and seconds < 20, (single["verdict"], seconds)  # one round: not known stuck
+    # ranks 0, 1, 3 keep their place in all_reduce through the rounds: stuck once the window passes --stuck-after
     proc, _ = _collect(tmp_path / "three", "--job", str(job.port), "--snapshots", "3", "--interval", "2",
-                       "--analyze", "-f", "json")
+                       "--stuck-after", "2", "--analyze", "-f", "json")
     report = json.loads(proc.stdout)
     assert report["verdict"] == "missing_rank" and report["culprit_ranks"] == [2], report["verdict"]
     assert any(s["kind"] == "no_progress" for s in report["decided_by"]), report["decided_by"]

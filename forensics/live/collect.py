@@ -18,10 +18,14 @@ for every rank of the chosen job writes, as soon as each is captured:
     manifest.json         rank -> pid, host, local rank, files; tool versions;
                           every failure and why; every file or pipe skipped
                           because it is not the rank's own, and why
-    progress.json         with --snapshots N: what moved between rounds (the
-                          main stack, the Flight Recorder's sequence numbers
-                          where a dump can be requested each round, the main
-                          thread's wakeups, the output the rank wrote)
+    progress.json         with --snapshots N: each rank's position in every
+                          round (the main thread's frames and the call it is
+                          in, the Flight Recorder's sequence numbers where a
+                          dump can be requested each round), whether it moved
+                          (position or new output), its activity (CPU time,
+                          wakeups: shown, never taken for progress), and per
+                          round each GPU's utilisation and power where
+                          nvidia-smi exists
 
 Nothing is signalled but the tools this command starts. A tool past its
 timeout is killed (it is our child); the kernel then detaches it from the
@@ -35,6 +39,7 @@ import contextlib
 import errno
 import hashlib
 import json
+import math
 import os
 import pwd
 import re
@@ -524,18 +529,26 @@ def fr_position(path: str) -> dict | None:
         return None
     groups: dict[str, list[int]] = {}
     newest: tuple[int, str] = (-1, "")
+    call: dict = {}
+    timeouts = []
     for entry in entries[-100_000:]:
         if not isinstance(entry, dict):
             continue
         record = entry.get("record_id")
         if isinstance(record, int) and record > newest[0]:
             newest = (record, str(entry.get("state", ""))[:20])
+            seq = entry.get("collective_seq_id") if not entry.get("is_p2p") else entry.get("p2p_seq_id")
+            call = {"pg": str(entry.get("pg_id", "?"))[:40], "seq": seq if isinstance(seq, int) else None,
+                    "op": str(entry.get("profiling_name", ""))[:80]}
+        if isinstance(entry.get("timeout_ms"), (int, float)) and not isinstance(entry.get("timeout_ms"), bool):
+            timeouts.append(entry["timeout_ms"])
         seqs = groups.setdefault(str(entry.get("pg_id", "?"))[:40], [-1, -1])
         for i, key in enumerate(("collective_seq_id", "p2p_seq_id")):
             value = entry.get(key)
             if isinstance(value, int) and value > seqs[i]:
                 seqs[i] = value
-    return {"record_id": newest[0], "state": newest[1], "groups": groups}
+    return {"record_id": newest[0], "state": newest[1], "groups": groups, "newest": call,
+            **({"timeout_ms": max(timeouts)} if timeouts else {})}
 
 
 def _boot_time() -> float:
@@ -583,6 +596,7 @@ class Options:
     timeout: float = TOOL_TIMEOUT_S
     pyspy: str = ""
     echo: object = None          # a function taking progress lines (stderr), or None
+    stuck_after: float | None = None  # --stuck-after; None: half the job's collective timeout, else 60 s
 
 
 def choose(jobs: dict[str, list[Rank]], options: Options) -> tuple[str, list[Rank]]:
@@ -690,9 +704,10 @@ def collect(options: Options) -> dict:
         rounds.append(_round(ranks, options, pyspy, round_no, say))
         if options.snapshots > 1:
             _fr_round(ranks, rounds[-1], asked)
+            rounds[-1]["gpus"] = gpu_round()
         write_manifest()
     if options.snapshots > 1:
-        _write_progress(options.out, ranks, rounds, options.interval)
+        _write_progress(options.out, ranks, rounds, options.interval, options.stuck_after)
     _collect_files(ranks, options.out, host, manifest)
     write_manifest()
     say(f"collect: done in {time.time() - started:.1f} s -> {options.out}")
@@ -732,11 +747,13 @@ def _round(ranks: list[Rank], options: Options, pyspy: str, round_no: int, say) 
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=min(32, len(ranks) or 1)) as pool:
         results = dict(zip((r.rank for r in ranks), pool.map(one, ranks)))
+    for r in ranks:  # here, not in the pool: the readers import their grammar library on first use
+        if results[r.rank]["stack"]:
+            results[r.rank]["position"] = stack_position(os.path.join(options.out, f"rank{r.rank}.pyspy.txt"))
     say(f"collect: round {round_no}: {len(ranks)} rank(s) dumped")
     return {"time": time.time(), "ranks": results}
 
 
-MIN_SWITCHES = 4   # main-thread wakeups per interval that mean it runs a loop, not a wait
 DUMP_SWITCHES = 2  # wakeups one py-spy dump causes (measured: a rank blocked in Gloo shows 4 over 2 dumps)
 
 
@@ -763,11 +780,154 @@ def _delta(a, b) -> int:
     return b - a if isinstance(a, int) and isinstance(b, int) else 0
 
 
-def _write_progress(out: str, ranks: list[Rank], rounds: list[dict], interval: float) -> None:
-    """What moved between the first and the last round, per rank: the main
-    stack (py-spy, addresses aside), the Flight Recorder's position (first
-    and last round's, where dumps were requested), the main thread's
-    wakeups, the output written, and the threads' CPU time (kept, not judged)."""
+PROGRESS_SCHEMA = "forensics.progress/2"
+DEFAULT_STUCK_AFTER_S = 60.0
+TIMEOUT_SHARE = 0.5  # of the job's own collective timeout: the default --stuck-after where a dump states it
+
+
+def stack_position(path: str) -> dict | None:
+    """Where a py-spy dump shows the rank: its main thread's Python frames
+    (outermost first, as [function, file, line]), what the thread does
+    (activity, the communication call) and why, as the reader judges it.
+    None when the dump shows no thread."""
+    from ..ingest import pyspy, stacks
+    from ..ingest.textio import InputError
+    try:
+        dumps = [d for d in pyspy.parse(path, os.path.basename(path)).processes if d.threads]
+    except (InputError, OSError):
+        return None
+    thread = stacks.main_thread(dumps[0]) if dumps else None
+    if thread is None:
+        return None
+    judged = stacks.classify(dumps[0])
+    frames = [f for f in thread.frames if stacks.is_python(f)] or list(thread.frames)
+    return {"activity": judged.activity, "op": judged.op if judged.activity == "blocked" else "",
+            "why": judged.why[:300], "active": thread.active,
+            "frames": [[f.function[:200], f.file[:300], f.line] for f in reversed(frames)]}
+
+
+def _shared(a: list, b: list) -> int:
+    """How many outermost frames two stacks have in common."""
+    shared = 0
+    while shared < min(len(a), len(b)) and a[shared] == b[shared]:
+        shared += 1
+    return shared
+
+
+def same_place(a: list, b: list) -> bool:
+    """Whether two stacks (outermost frame first, [function, file, line])
+    are one position: identical, or moving among the lines of one function
+    whose callers are identical (a loop, whatever it calls from there)."""
+    shared = _shared(a, b)
+    if shared == len(a) or shared == len(b):  # identical, or one calls on from the other's line
+        return bool(a and b)
+    return a[shared][:2] == b[shared][:2]  # the same function at another line: inside its loop
+
+
+def _frame_label(frame) -> str:
+    function, file, line = frame
+    return f"{function} ({os.path.basename(file)}:{line})" if line else f"{function} ({os.path.basename(file)})"
+
+
+def _own_frame(frames: list):
+    """The innermost frame of the job's own code (not a library's)."""
+    from ..ingest import stacks
+    for frame in reversed(frames):
+        if frame[1].endswith(".py") and not stacks._library_file(frame[1]):
+            return frame
+    return None
+
+
+def judge_positions(positions: list) -> dict:
+    """One rank's positions over the rounds (None where no dump): whether it
+    moved (its stack beyond one loop's lines, or into, out of or between
+    communication calls: a call issued or completed); else the loop it moved
+    in, whether it waited in the same communication call at the same place
+    in every round, or kept busy in one function of its own (no
+    communication call) in every round."""
+    seen = [p for p in positions if p and p.get("frames")]
+    out = {"stack_moved": False, "loop": "", "waiting_in": "", "waiting_at": "", "busy_in": "", "idle": False}
+    if len(seen) < 2:
+        return out
+    first, last = seen[0]["frames"], seen[-1]["frames"]
+    calls = {(p["activity"] == "blocked", p["op"]) for p in seen}
+    if len(calls) > 1 or not all(same_place(first, p["frames"]) for p in seen[1:]):
+        out["stack_moved"] = True
+        return out
+    parted = [_shared(first, p["frames"]) for p in seen[1:] if p["frames"] != first]
+    # where the stack moves: the outermost frame at which a round parts from the first
+    place = last[: min(parted) + 1] if parted else last
+    if parted:
+        out["loop"] = _frame_label(place[-1])
+    if not parted and seen[0]["activity"] == "blocked" and seen[0]["op"] not in ("", "store"):
+        out["waiting_in"], out["waiting_at"] = seen[0]["op"], seen[0]["why"]
+    elif all(p["activity"] != "blocked" for p in seen):
+        own = _own_frame(place)
+        out["busy_in"] = _frame_label(own) if own else ""
+        out["idle"] = all(p.get("active") is False for p in seen)  # py-spy saw it idle (asleep) every time
+    return out
+
+
+NVIDIA_SMI_QUERY = ["--query-gpu=index,utilization.gpu,power.draw,power.limit", "--format=csv,noheader,nounits"]
+
+
+def gpu_round() -> dict:
+    """Each GPU's utilisation and power now, from nvidia-smi where it is on
+    PATH: {"gpus": [...]} or {"missing": why}. A GPU at full utilisation
+    and idle power is a kernel spinning (an NCCL kernel waiting for a peer),
+    not work."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return {"missing": "nvidia-smi is not on PATH: no GPU utilisation or power recorded"}
+    try:
+        done = subprocess.run([smi, *NVIDIA_SMI_QUERY], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"missing": f"nvidia-smi did not answer: {exc.__class__.__name__}"}
+    if done.returncode != 0:
+        first = next((line for line in (done.stderr or done.stdout).splitlines() if line.strip()), "")
+        return {"missing": f"nvidia-smi exit {done.returncode}: {first.strip()[:200]}"}
+    gpus, bad = [], []
+    for line in done.stdout.splitlines():
+        if not line.strip():
+            continue
+        fields = [f.strip() for f in line.split(",")]
+        values = [_number(f) for f in fields]
+        if len(fields) != 4 or values[0] is None:
+            bad.append(line.strip()[:200])
+            continue
+        gpus.append({"index": int(values[0]), "utilization_pct": values[1], "power_w": values[2],
+                     "power_limit_w": values[3]})
+    out = {"gpus": gpus}
+    if bad:
+        out["unread"] = bad[:8]
+    return out
+
+
+def _number(text: str) -> float | None:
+    """A value of nvidia-smi's CSV: "[N/A]" or "[Not Supported]" is unknown, not 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    if not math.isfinite(value):
+        return None
+    return int(value) if value.is_integer() else value
+
+
+def _collective_timeout_s(rounds: list[dict]) -> float | None:
+    """The job's own collective timeout, where a Flight Recorder dump states it."""
+    found = [p["timeout_ms"] for rd in rounds for p in (v.get("fr") for v in rd["ranks"].values())
+             if isinstance(p, dict) and isinstance(p.get("timeout_ms"), (int, float)) and p["timeout_ms"] > 0]
+    return max(found) / 1000 if found else None
+
+
+def _write_progress(out: str, ranks: list[Rank], rounds: list[dict], interval: float,
+                    stuck_after: float | None = None) -> None:
+    """Each rank's position in every round and whether it moved: its main
+    stack beyond one loop's lines, its Flight Recorder's sequence numbers
+    (where dumps were requested), new output of its own. CPU time and the
+    main thread's wakeups are kept as its activity, never as progress: a
+    polling wait, a spinning NCCL kernel and a busy loop all burn CPU."""
     first, last = rounds[0]["ranks"], rounds[-1]["ranks"]
     per_rank = {}
     for r in ranks:
@@ -776,27 +936,60 @@ def _write_progress(out: str, ranks: list[Rank], rounds: list[dict], interval: f
             continue
         cpu = sum(b["threads"].get(t, 0) - v for t, v in a["threads"].items() if t in b["threads"])
         stacks = [rd["ranks"].get(r.rank, {}).get("stack", "") for rd in rounds]
-        # CPU time is kept for people, not judged: NCCL spins while it waits.
-        # A main thread blocked in a collective does not wake up; one that
-        # runs a loop (steps, sleeps, I/O) switches, and a job that prints grows its logs.
         # each py-spy dump itself wakes the main thread about twice (ptrace stops)
         switches = max(0, _delta(a["switches"], b["switches"]) - DUMP_SWITCHES * (len(rounds) - 1))
         output = _delta(a["output"], b["output"])
         # The Flight Recorder's position: a call that started or finished
         # between two rounds moves it, whatever the stack sampled.
         positions = [p for p in (rd["ranks"].get(r.rank, {}).get("fr") for rd in rounds) if p is not None]
-        fr_changed = len({json.dumps(p, sort_keys=True) for p in positions}) > 1 if len(positions) >= 2 else None
-        moved = (len(set(stacks)) > 1 or output > 0 or switches >= MIN_SWITCHES * (len(rounds) - 1)
-                 or bool(fr_changed))
-        per_rank[str(r.rank)] = {"pid": r.proc.pid, "stack_changed": len(set(stacks)) > 1,
-                                 "flight_recorder_changed": fr_changed,
+        fr_changed = len({json.dumps(_fr_key(p), sort_keys=True) for p in positions}) > 1 \
+            if len(positions) >= 2 else None
+        places = [rd["ranks"].get(r.rank, {}).get("position") for rd in rounds]
+        judged = judge_positions(places)
+        if not any(places):  # no dump could be read: the fingerprints are all there is
+            judged["stack_moved"] = len(set(stacks)) > 1
+        moved = judged["stack_moved"] or output > 0 or bool(fr_changed)
+        ticks = max(1, os.sysconf("SC_CLK_TCK"))
+        per_rank[str(r.rank)] = {"pid": r.proc.pid, "moved": moved, "stack_changed": len(set(stacks)) > 1,
+                                 **judged, "flight_recorder_changed": fr_changed,
                                  "flight_recorder": positions[:1] + positions[1:][-1:],  # first, last
-                                 "main_thread_wakeups": switches, "output_bytes": output, "cpu_ticks": cpu,
-                                 "moved": moved}
-    data = {"schema": "forensics.progress/1", "rounds": len(rounds),
+                                 "output_bytes": output,
+                                 "activity": {"cpu_s": round(cpu / ticks, 2), "main_thread_wakeups": switches},
+                                 "main_thread_wakeups": switches, "cpu_ticks": cpu,
+                                 "positions": places}
+    timeout = _collective_timeout_s(rounds)
+    if stuck_after is not None:
+        threshold, source = stuck_after, "--stuck-after"
+    elif timeout is not None:
+        threshold, source = round(timeout * TIMEOUT_SHARE, 1), f"half the collective timeout of {timeout:g} s"
+    else:
+        threshold, source = DEFAULT_STUCK_AFTER_S, "the default (no collective timeout known)"
+    gpus = [rd.get("gpus") for rd in rounds if rd.get("gpus") is not None]
+    data = {"schema": PROGRESS_SCHEMA, "rounds": len(rounds),
             "seconds": round(rounds[-1]["time"] - rounds[0]["time"], 2), "interval_s": interval,
-            "ranks": per_rank}
+            "stuck_after_s": threshold, "stuck_after_from": source, "collective_timeout_s": timeout,
+            "ranks": per_rank,
+            "gpus": _gpu_summary(gpus)}
     _write_json(os.path.join(out, "progress.json"), data)
+
+
+def _gpu_summary(rounds: list[dict]) -> dict | None:
+    """The rounds' GPU readings, or why there are none; lines of nvidia-smi
+    not understood are kept, to be shown."""
+    if not rounds:
+        return None
+    if all("missing" in r for r in rounds):
+        return {"missing": rounds[0]["missing"]}
+    out = {"rounds": [r.get("gpus", []) for r in rounds]}
+    unread = [line for r in rounds for line in r.get("unread", [])] + [r["missing"] for r in rounds if "missing" in r]
+    if unread:
+        out["unread"] = list(dict.fromkeys(unread))[:8]
+    return out
+
+
+def _fr_key(position: dict) -> dict:
+    """What moves when a call starts or finishes (not the timeout beside it)."""
+    return {k: v for k, v in position.items() if k != "timeout_ms"}
 
 
 def _collect_files(ranks: list[Rank], out: str, host: str, manifest: dict) -> None:
