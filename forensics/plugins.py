@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.machinery
+import inspect
 import os
 import re
 import sys
@@ -200,7 +201,7 @@ NOT_THE_PLUGINS = {"forensics_parse": (InputError, MemoryError)}
 
 class _Guarded:
     """A plugin as pluggy sees it: each hook implementation of the plugin, with
-    the same options, behind a guard (`guard`)."""
+    the same options, behind a guard (`guarded`)."""
 
     def __init__(self, plugin):
         self._plugin = plugin
@@ -226,6 +227,8 @@ def guarded(pm: pluggy.PluginManager, plugin, plugin_name: str, failed: Callable
             continue
         function = getattr(plugin, attr)  # a function or method: pluggy found it without running code
         hook_name = opts.get("specname") or attr
+        if (opts.get("wrapper") or opts.get("hookwrapper")) and not inspect.isgeneratorfunction(function):
+            raise pluggy.PluginValidationError(plugin, f"{hook_name} is declared a wrapper but does not yield")
         guard = _wrapper_guard if opts.get("wrapper") else \
             _old_wrapper_guard if opts.get("hookwrapper") else _plain_guard
         fenced = functools.wraps(function)(guard(function, hook_name, lambda exc, hook=hook_name:

@@ -199,6 +199,19 @@ def test_a_broken_wrapper_is_a_diagnostic_and_the_others_results_stand():
     assert any("forensics_rules raised TypeError" in m for m in messages)
 
 
+class NotAGenerator:
+    @hookimpl(wrapper=True)
+    def forensics_findings(self, incident):
+        return []
+
+
+def test_a_wrapper_that_does_not_yield_is_not_registered_and_says_why():
+    plugins = Plugins(autoload=False, extra=(NotAGenerator(), ExtraFinding()))
+    (diagnostic,) = plugins.diagnostics
+    assert "plugin not registered: forensics_findings is declared a wrapper but does not yield" in diagnostic.message
+    assert any(f.rule == "team-note" for f in report_of(HEALTHY_CHAIN, plugins=plugins).findings)
+
+
 class ParserMeetsBadFile:
     """A wrapper around parsing: the file's own error passes through it, as without it."""
 
