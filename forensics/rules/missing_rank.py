@@ -71,8 +71,9 @@ def forensics_graph_findings(incident, analysis):
                      if r in incident.ranks and incident.ranks[r].evidence)
     evidence += tuple(s.evidence for s in incident.stuck if s.evidence)[:4]
     if incident.stuck:
-        why = "; ".join(s.detail for s in incident.stuck[:3])
-        why_zh = "；".join(s.detail_zh or s.detail for s in incident.stuck[:3])
+        # the same statement from several ranks is said once
+        why = "; ".join(list(dict.fromkeys(s.detail for s in incident.stuck))[:3])
+        why_zh = "；".join(list(dict.fromkeys(s.detail_zh or s.detail for s in incident.stuck))[:3])
         # A rank only a pid map or a member list names: alive or not, nothing says.
         silent = all(r not in incident.ranks or _silent(incident.ranks[r]) for r in sinks[:8])
         where, where_zh = (("which sent no artifact of its own (no stack dump, log or dump: is its host "

@@ -478,8 +478,52 @@ def forensics_findings(incident):
     if not hits:
         return []
     book = AddressBook(incident, hits)
-    return (_missing(incident, hits) + _mismatch(incident, hits) + _crashed(incident, hits)
-            + _peer_gone(incident, hits, book) + _network(incident, hits, book) + _observed(hits))
+    return (_missing(incident, hits) + _awaited(incident, hits) + _mismatch(incident, hits)
+            + _crashed(incident, hits) + _peer_gone(incident, hits, book) + _network(incident, hits, book)
+            + _observed(hits))
+
+
+# A line whose printer waited for a value only the named peer provides (the
+# NCCL unique id rank 0 publishes in the store) is an init failure blaming its
+# peer: that peer never came, unless something shows it died. (A timeout that
+# names a peer, such as a dump signal received from it, says the peer saw the
+# timeout first, not that it was awaited.)
+_AWAITING = frozenset({"init_failure"})
+
+
+def _awaited(incident, hits) -> list[Finding]:
+    """Processes that each state, in their own words, that they waited for
+    one named peer that never provided its part (`[3] is setting up NCCL
+    communicator and retrieving ncclUniqueId from [0] ... got error: Socket
+    Timeout`): that peer is the missing rank, at medium confidence (the
+    peer's own stack or log would confirm where it was). A peer that a
+    dump, a log or a launcher shows dead is left to the rules on deaths."""
+    by_peer: dict[int, list] = defaultdict(list)
+    for hit, entry in hits:
+        peer = hit.fact("peer_rank")
+        if entry.cause in _AWAITING and entry.blames == "peer" and isinstance(peer, int):
+            by_peer[peer].append((hit, entry))
+    out = []
+    for peer, group in sorted(by_peer.items()):
+        state = incident.ranks.get(peer)
+        if state is not None and state.ending is not None and state.ending.role == "cause":
+            continue
+        printers = sorted({p for h, _ in group if (p := h.rank if h.rank is not None else h.fact("rank")) is not None
+                           and p != peer})
+        if not printers:
+            continue
+        entry = group[0][1]
+        reason = (f"{len(printers)} process(es) (rank {compact(printers)}, as each states) say they waited for rank "
+                  f"{peer} in vain ({entry.id}); rank {peer}'s own stack or log would confirm where it was")
+        reason_zh = (f"{len(printers)} 个进程（按各自所述为 Rank {compact(printers)}）表示一直在等 Rank {peer}"
+                     f"（{entry.id}）；Rank {peer} 自己的调用栈或日志可以确认它当时在哪里")
+        message = f"rank {compact(printers)} waited for rank {peer}, which never provided its part: {entry.en}"
+        message_zh = f"Rank {compact(printers)} 一直在等 Rank {peer}，而它始终没有提供其部分：{entry.zh}"
+        out.append(Finding(MISSING, "missing_rank", "error", (peer,), message, _cite(group), HINTS[MISSING][0],
+                           message_zh=message_zh, hint_zh=HINTS[MISSING][1],
+                           culprits=(_rank_culprit(incident, peer),), confidence="medium",
+                           confidence_reason=reason, confidence_reason_zh=reason_zh))
+    return out
 
 
 def _doc(rule_id, title, title_zh, kind, explanation, explanation_zh, severity="error"):
@@ -496,11 +540,14 @@ RULES = (
          "its timeout is a missing rank too, and the absent ranks are named where every rank that arrived "
          "printed its own wait on that key and no known rank lies outside the count's world (medium "
          "confidence: the group is taken to be the whole job); otherwise the finding says how many never "
-         "came.",
+         "came. Processes that each state they waited in vain for one named peer's part (the NCCL unique id "
+         "rank 0 publishes in the store) make that peer the missing rank, at medium confidence, unless "
+         "something shows it died.",
          "监控屏障、desync 报告或 Flight Recorder 分析器点名了没有加入其他 Rank 所等待之调用的 Rank。消息本身就是结论，无需其他 Rank 的状态。"
          "进程组创建时基于 store 的 barrier 只给出计数（`world_size=N, worker_count=K`）：它的超时同样是成员缺失；"
          "若每个已到达的 Rank 都打印了在该 key 上的等待、且已知 Rank 都在该 world 之内，则点名缺席的 Rank（置信度中："
-         "假定该组即整个作业）；否则只说明有几个未到达。"),
+         "假定该组即整个作业）；否则只说明有几个未到达。若若干进程各自表示一直在等某个被点名对端提供的数据（rank 0 在 store 中发布的 "
+         "NCCL unique id），则该对端即缺失的 Rank（置信度中），除非有证据表明它已死亡。"),
     _doc(MISMATCH, "Collective mismatch a message states", "消息指出的集合通信失配", "collective_mismatch",
          "TORCH_DISTRIBUTED_DEBUG=DETAIL compares each collective's fingerprint across the group and names "
          "two ranks whose calls differ. With several ranks' logs, the rank they all name is the odd one out.",

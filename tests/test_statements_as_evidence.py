@@ -1,0 +1,46 @@
+"""Statements that name ranks are evidence, read through the shipped catalogue: a process's own
+`[Rank N]`, and processes that each say they waited for one named peer in vain."""
+
+import json
+
+from forensics.cli import main
+
+UNIQUE_ID = ("RuntimeError: [{rank}] is setting up NCCL communicator and retrieving ncclUniqueId from [0] via c10d "
+             "key-value store by key '0', but store->get('0') got error: Socket Timeout\n")
+TRACEBACK = ('Traceback (most recent call last):\n  File "/srv/app/train.py", line 40, in <module>\n'
+             "    torch.distributed.barrier()\n")
+OLD_TIMEOUT = ("[E ProcessGroupNCCL.cpp:474] [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=3, "
+               "OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran for 1800790 milliseconds before "
+               "timing out.\n")
+
+
+def analyze(tmp_path, files: dict[str, str]) -> dict:
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    for name, text in files.items():
+        (folder / name).write_text(text, encoding="utf-8")
+    out = tmp_path / "report.json"
+    main(["analyze", str(folder), "-f", "json", "-o", str(out), "--no-plugins", "-q", "-j", "1", "--hung"])
+    return json.loads(out.read_text(encoding="utf-8"))
+
+
+def test_ranks_that_each_waited_for_rank_0s_unique_id_make_rank_0_the_missing_one(tmp_path):
+    text = "".join(TRACEBACK + UNIQUE_ID.format(rank=r) for r in (3, 6, 1))
+    report = analyze(tmp_path, {"train.log": "tokenizing: 100%|##########| 52000/52000\n" + text})
+    assert report["verdict"] == "missing_rank" and report["culprit_ranks"] == [0]
+    assert report["confidence"]["level"] == "medium"
+
+
+def test_a_peer_shown_killed_is_not_called_missing_by_those_who_waited_for_it(tmp_path):
+    text = "".join(TRACEBACK + UNIQUE_ID.format(rank=r) for r in (3, 6, 1))
+    launcher = ("ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) local_rank: 0 "
+                "(pid: 4100) of binary: /usr/bin/python3\n")
+    report = analyze(tmp_path, {"train.log": text, "torchrun.log": launcher})
+    assert report["verdict"] == "dead_rank"
+
+
+def test_one_ranks_old_watchdog_line_alone_names_its_rank(tmp_path):
+    report = analyze(tmp_path, {"train.log": "epoch 0: 96%|#########6| 1927287/2000000\n" + OLD_TIMEOUT})
+    assert report["verdict"] == "missing_rank" and report["culprit_ranks"] == [0]
+    assert any("[Rank 1]" in d["message"] and "taken as the global rank" in d["message"]
+               for d in report["diagnostics"])
