@@ -255,6 +255,19 @@ def _plain_guard(function, hook_name: str, failed: Callable) -> Callable:
     return guard
 
 
+def _set_up(function, args, kwargs, passes, failed: Callable):
+    """A wrapper's generator run to its yield, or None when it failed before."""
+    try:
+        teardown = function(*args, **kwargs)
+        next(teardown)
+    except passes:
+        raise
+    except Exception as exc:  # StopIteration included: it did not yield
+        failed(exc)
+        return None
+    return teardown
+
+
 def _wrapper_guard(function, hook_name: str, failed: Callable) -> Callable:
     """A `wrapper=True` implementation: what it raises before or after its
     yield is its own failure, and the call goes on as if it were absent
@@ -263,13 +276,8 @@ def _wrapper_guard(function, hook_name: str, failed: Callable) -> Callable:
     collecting = hook_name in COLLECTING
 
     def guard(*args, **kwargs):
-        try:
-            teardown = function(*args, **kwargs)
-            next(teardown)
-        except passes:
-            raise
-        except Exception as exc:  # StopIteration included: it did not yield
-            failed(exc)
+        teardown = _set_up(function, args, kwargs, passes, failed)
+        if teardown is None:
             return (yield)
         try:
             result = yield
@@ -313,13 +321,8 @@ def _old_wrapper_guard(function, hook_name: str, failed: Callable) -> Callable:
     passes = NOT_THE_PLUGINS.get(hook_name, ())
 
     def guard(*args, **kwargs):
-        try:
-            teardown = function(*args, **kwargs)
-            next(teardown)
-        except passes:
-            raise
-        except Exception as exc:
-            failed(exc)
+        teardown = _set_up(function, args, kwargs, passes, failed)
+        if teardown is None:
             yield
             return
         outcome = yield
