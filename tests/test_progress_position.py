@@ -305,6 +305,8 @@ def test_a_job_that_progresses_slowly_is_healthy(stall_job, tmp_path):
     job.wait_for("step 2 ")
     progress = _collect_in_process(tmp_path / "out", job, 3, 1.0)
     assert all(v["moved"] for v in progress["ranks"].values()), progress["ranks"]
+    # moved by position: their calls' sequence numbers, not only their output
+    assert all(v["flight_recorder_changed"] is True for v in progress["ranks"].values()), progress["ranks"]
     proc = _cli("analyze", tmp_path / "out", "-f", "json", "--stuck-after", "1")
     report = json.loads(proc.stdout)
     assert report["verdict"] == "healthy" and not report["decided_by"], report["verdict"]
