@@ -59,9 +59,9 @@ _STR_FIELDS = ("group", "group_desc", "host", "peer_host", "peer_addr", "addr", 
 FIELD_KINDS = {**dict.fromkeys(_INT_FIELDS, "int"), **dict.fromkeys(_STR_FIELDS, "str"),
                "error": "int_or_str", "op": "op", "ranks": "ranks", "signal": "signal",
                "op_count_hex": "hex", "timeout_s": "seconds", "elapsed_s": "seconds",
-               "rank_listing": "rank_listing", "ready_listing": "ready_listing"}
+               "rank_listing": "rank_listing", "ready_listing": "ready_listing", "missing_listing": "missing_listing"}
 _RENAMED = {"op_count_hex": "op_count", "timeout_s": "timeout_ms", "elapsed_s": "elapsed_ms",
-            "rank_listing": "ranks", "ready_listing": "ranks"}
+            "rank_listing": "ranks", "ready_listing": "ranks", "missing_listing": "ranks"}
 _SIGNALS = {1: "SIGHUP", 2: "SIGINT", 3: "SIGQUIT", 4: "SIGILL", 6: "SIGABRT", 7: "SIGBUS", 8: "SIGFPE",
             9: "SIGKILL", 11: "SIGSEGV", 13: "SIGPIPE", 14: "SIGALRM", 15: "SIGTERM"}
 _REQUIRED = ("id", "project", "source", "versions", "level", "match", "patterns", "example", "facts",
@@ -177,11 +177,14 @@ def _value(kind: str, text: str):
         return tuple(sorted({int(n) for n in _LISTED_RANK.findall(text)})) or None
     if kind == "ready_listing":
         return _not_ready(text)
+    if kind == "missing_listing":  # `NAME [missing ranks: 0, 3], NAME [missing ranks: 0]`
+        return tuple(sorted({int(n) for found in _MISSING.findall(text) for n in _RANK_LIST.findall(found)})) or None
     return text
 
 
 _LISTED_RANK = re.compile(r"(?:^|\]|\s)\s*(\d{1,7})!?: \[")
 _READY = re.compile(r"\[ready ranks:([\d, ]*)\]")
+_MISSING = re.compile(r"\[missing ranks:([\d, ]*)\]")
 
 
 def _not_ready(text: str) -> tuple[int, ...] | None:

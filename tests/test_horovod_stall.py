@@ -59,3 +59,11 @@ def test_numbered_lines_that_follow_no_listing_name_no_rank(tmp_path):
     text = TRAINING + glog(HEADER) + "\n3: [0.25, 0.75]\n"
     report = analyze(tmp_path, text)
     assert report["verdict"] != "missing_rank" and report["culprit_ranks"] == []
+
+
+def test_the_0_16_wording_names_the_missing_ranks_per_op(tmp_path):
+    tag = "[1,0]<stderr>:"
+    text = TRAINING + tag + glog(HEADER) + f"\n{tag}Stalled ops:HorovodAllreduce_conv2d_grad_0 [missing ranks: 0]\n" \
+        + tag + glog("HorovodAllreduce_batchnorm_grad_0 [missing ranks: 0, 2]") + "\n"
+    report = analyze(tmp_path, text)
+    assert report["verdict"] == "missing_rank" and report["culprit_ranks"] == [0, 2]
