@@ -44,3 +44,20 @@ def test_one_ranks_old_watchdog_line_alone_names_its_rank(tmp_path):
     assert report["verdict"] == "missing_rank" and report["culprit_ranks"] == [0]
     assert any("[Rank 1]" in d["message"] and "taken as the global rank" in d["message"]
                for d in report["diagnostics"])
+
+
+ABORTED = ('Traceback (most recent call last):\n  File "/srv/app/train.py", line 88, in evaluate\n'
+           "    dist.all_gather(out, tensor)\n"
+           '  File "/usr/lib/python3/site-packages/torch/distributed/distributed_c10d.py", line 2450, in all_gather\n'
+           "    work.wait()\n"
+           "RuntimeError: NCCL communicator was aborted on rank 3. Original reason for failure was: [Rank 3] Watchdog "
+           "caught collective operation timeout: WorkNCCL(SeqNum=266392, OpType=ALLGATHER, Timeout(ms)=1800000) ran "
+           "for 1803169 milliseconds before timing out.\n")
+
+
+def test_an_abort_after_the_ranks_own_timeout_in_its_own_file_is_a_knock_on(tmp_path):
+    # the file's name is the rank of its lines without a prefix: its abort quotes its own watchdog timeout
+    timeout = ("[E ProcessGroupNCCL.cpp:475] [Rank 3] Watchdog caught collective operation timeout: WorkNCCL("
+               "SeqNum=266392, OpType=ALLGATHER, Timeout(ms)=1800000) ran for 1803169 milliseconds before timing out.\n")
+    report = analyze(tmp_path, {"rank3.err": timeout + ABORTED})
+    assert report["verdict"] == "missing_rank" and 3 not in report["culprit_ranks"]

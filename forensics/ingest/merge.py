@@ -7,7 +7,7 @@ from dataclasses import replace
 from .. import model as m
 from ..model import Diagnostic, Evidence, Incident, ProcessGroup, StuckSignal
 from . import stacks
-from .attribution import PidMap, World, attribute, outside_world
+from .attribution import STRONG, PidMap, World, attribute, outside_world, path_rank
 from .facts import Facts
 from .records import groups_from_comms, infer_members, state_from_records
 
@@ -166,6 +166,11 @@ def _attribute_messages(hits, stated: PidMap, ranks: dict) -> tuple[m.MessageHit
                 rank = next(iter(by_pid[hit.pid]))
             if rank is not None:
                 hit = replace(hit, rank=rank)
+        if hit.rank is None and hit.pid is None:
+            # a line without a prefix in `rank3.err` is rank 3's, as the file's process records are
+            named = path_rank(hit.evidence.path)
+            if named is not None and named.strength == STRONG and named.rank in ranks:
+                hit = replace(hit, rank=named.rank)
         out.append(hit)
     return tuple(sorted(out, key=lambda h: (h.evidence.path, h.evidence.line < 0, h.evidence.line)))
 
