@@ -61,3 +61,14 @@ def test_an_abort_after_the_ranks_own_timeout_in_its_own_file_is_a_knock_on(tmp_
                "SeqNum=266392, OpType=ALLGATHER, Timeout(ms)=1800000) ran for 1803169 milliseconds before timing out.\n")
     report = analyze(tmp_path, {"rank3.err": timeout + ABORTED})
     assert report["verdict"] == "missing_rank" and 3 not in report["culprit_ranks"]
+
+
+def test_deepspeeds_rank_disagreement_is_a_mismatch_and_the_exit_after_it_no_crash(tmp_path):
+    text = ('[rank6]: Traceback (most recent call last):\n'
+            '[rank6]:   File "/opt/ds/deepspeed/runtime/zero/utils.py", line 85, in assert_ints_same_as_other_ranks\n'
+            '[rank6]:     raise RuntimeError(f"disagreement between rank0 and rank{dist.get_rank()}: "\n'
+            "[rank6]: RuntimeError: disagreement between rank0 and rank6: rank0: [0, 1, 2, 22], rank6: [0, 1, 2, 41]\n"
+            "E0624 10:36:01.226430 140318742316864 torch/distributed/elastic/multiprocessing/api.py:826] failed "
+            "(exitcode: 1) local_rank: 6 (pid: 3183) of binary: /usr/bin/python3\n")
+    report = analyze(tmp_path, {"train.log": text})
+    assert report["verdict"] == "collective_mismatch" and report["culprit_ranks"] == [0, 6]
