@@ -92,8 +92,8 @@ def test_sniff_claims_every_real_dump_and_nothing_else_there():
     if not any(p.name.endswith(TEXT_SUFFIXES) for p in files):
         pytest.skip("no real captures present")
     for path in files:
-        expected = (pyspy.KIND if path.name.endswith(TEXT_SUFFIXES) or (path.parent.name == "pyspy"
-                                                                         and path.suffix == ".txt")
+        named_dump = path.suffix == ".txt" and ("pyspy" in path.name or path.parent.name == "pyspy")
+        expected = (pyspy.KIND if path.name.endswith(TEXT_SUFFIXES) or named_dump
                     else pyspy.KIND_JSON if path.name.endswith(".pyspy.json") else None)
         assert pyspy.sniff(str(path), read_head(str(path))) == expected, path
 

@@ -155,3 +155,21 @@ def test_dumps_that_disagree_mean_the_rank_is_moving():
     assert moved is not None and moved.activity == m.COMPUTING and "moving between dumps" in moved.why
     # A native lock wait fits a blocked collective: no disagreement.
     assert stacks.moving([judged[0], judged[2]]) is None
+
+
+def test_frameworks_own_collective_helpers_are_waits_in_that_collective():
+    cases = [
+        ("wait", "deepspeed/runtime/zero/partition_parameters.py", "all_gather"),
+        ("has_overflow", "deepspeed/runtime/zero/stage_1_and_2.py", "all_reduce"),
+        ("all_reduce", "deepspeed/comm/comm.py", "all_reduce"),
+        ("_all_reduce_dict", "fairseq/distributed/utils.py", "all_reduce"),
+        ("gather_all_tensors", "pytorch_lightning/utilities/distributed.py", "all_gather"),
+        ("wait_for_everyone", "accelerate/state.py", "barrier"),
+        ("parse_losses", "/workspace/mmdetection/mmdet/apis/train.py", "all_reduce"),
+    ]
+    for function, file, op in cases:
+        c = stacks.classify(dump([py(function, file, 100)] + TRAIN))
+        assert c.activity == m.BLOCKED and stacks.comm_op(c).op == op, (function, file)
+    # the same names elsewhere say nothing of a collective
+    other = stacks.classify(dump([py("wait", "deepspeed/runtime/pipe/engine.py", 100)] + TRAIN))
+    assert other.activity != m.BLOCKED

@@ -53,6 +53,44 @@ _PY_COMM = {
     "scatter_object_list": "scatter", "batch_isend_irecv": "send",
     "all_reduce_coalesced": "all_reduce", "all_gather_coalesced": "all_gather",
 }
+# Frameworks' own helpers around a collective, read from their sources: a
+# stack whose innermost telling frame is one of them waits in that collective
+# (or in the device sync right after it, which waits for it). (path fragment,
+# function names, op); a fragment's wrappers named like torch's take torch's op.
+_FRAMEWORK_COMM = (
+    ("deepspeed/comm/", None, None),                      # deepspeed.comm: all_reduce, broadcast, ... as torch
+    ("mmengine/dist/", None, None),                       # mmengine.dist: the same names
+    ("deepspeed/runtime/zero/partition_parameters.py", {"wait"}, "all_gather"),  # ZeRO-3 gather handles
+    ("deepspeed/runtime/zero/stage_1_and_2.py", {"has_overflow"}, "all_reduce"),
+    ("deepspeed/runtime/zero/stage3.py", {"has_overflow"}, "all_reduce"),
+    ("fairseq/distributed/utils.py", {"all_reduce_dict", "_all_reduce_dict", "all_reduce"}, "all_reduce"),
+    ("fairseq/distributed/utils.py", {"all_gather_list"}, "all_gather"),
+    ("pytorch_lightning/utilities/distributed.py", {"gather_all_tensors"}, "all_gather"),
+    ("pytorch_lightning/utilities/distributed.py", {"sync_ddp", "_sync_ddp"}, "all_reduce"),
+    ("lightning_fabric/utilities/distributed.py", {"_gather_all_tensors"}, "all_gather"),
+    ("lightning_fabric/utilities/distributed.py", {"_sync_ddp"}, "all_reduce"),
+    ("torchmetrics/utilities/distributed.py", {"gather_all_tensors", "_simple_gather_all_tensors"}, "all_gather"),
+    ("accelerate/utils/operations.py", {"_gpu_gather", "gather"}, "all_gather"),
+    ("accelerate/utils/operations.py", {"_gpu_broadcast", "broadcast"}, "broadcast"),
+    ("accelerate/state.py", {"wait_for_everyone"}, "barrier"),
+    ("accelerate/utils/other.py", {"wait_for_everyone"}, "barrier"),
+    ("mmcv/runner/dist_utils.py", {"allreduce_grads", "_allreduce_coalesced", "allreduce_params"}, "all_reduce"),
+    ("mmdet/apis/train.py", {"parse_losses"}, "all_reduce"),
+    ("mmdet/models/detectors/base.py", {"_parse_losses"}, "all_reduce"),
+)
+
+
+def _framework_op(file: str, bare: str) -> str | None:
+    for fragment, names, op in _FRAMEWORK_COMM:
+        if fragment in file:
+            if names is None:
+                if bare in _PY_COMM:
+                    return _PY_COMM[bare]
+            elif bare in names:
+                return op
+    return None
+
+
 _PY_INIT = {"init_process_group", "new_group", "new_subgroups", "_new_group_with_tag",
             "_store_based_barrier", "rendezvous", "destroy_process_group"}
 _PY_WAIT_FILES = ("threading.py", "queue.py", "queues.py", "synchronize.py", "connection.py", "selectors.py")
@@ -315,6 +353,9 @@ def _python_kind(frame: Frame) -> tuple[str, str] | None:
             return _PY_SETUP, "init"
         if bare in _PY_COMM:
             return _PY_API, _PY_COMM[bare]
+    op = _framework_op(file, bare)
+    if op is not None:
+        return _PY_API, op
     if "torch/utils/data" in file:
         return _DATA, ""
     if file.endswith("torch/serialization.py") or "torch/distributed/checkpoint" in file:
