@@ -130,18 +130,24 @@ def _split_by_process(path: str, head: bytes, plugins, stamps: bool) -> tuple[li
         sample = unstamp(tail + middle) if stamps else tail + middle
         if not LAUNCHER_PREFIX.search(sample):
             return [], set()
-    prefixed, plain = [], []
+    by_prefix: dict[bytes, list[bytes]] = {}
+    plain = []
     for line in sample.splitlines(keepends=True):
         found = LAUNCHER_PREFIX.match(line)
-        (prefixed if found else plain).append(line[found.end():] if found else line)
+        if found:
+            by_prefix.setdefault(found.group(0), []).append(line[found.end():])
+        else:
+            plain.append(line)
 
     def block_kinds(lines: list[bytes]) -> set[str]:
         return {k for k in plugins.each("forensics_sniff", path=path, head=b"".join(lines)) if k in BLOCK_KINDS} \
             if lines else set()
 
-    found = block_kinds(prefixed)
-    if not found:
+    shown = {prefix: kinds for prefix, lines in by_prefix.items() if (kinds := block_kinds(lines))}
+    if not shown:
         return [], set()
-    prefixes = launcher_prefixes(path)
-    split = [f"{kind}{SPLIT}{prefix.decode('ascii')}" for kind in sorted(found) for prefix in prefixes]
+    found = set().union(*shown.values())
+    # each process's kinds where its own lines show them: a process that printed no dump is no artifact of one
+    split = [f"{kind}{SPLIT}{prefix.decode('ascii')}" for kind in sorted(found) for prefix in launcher_prefixes(path)
+             if kind in shown.get(prefix, ())]
     return split, found - block_kinds(plain)

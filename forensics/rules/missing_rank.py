@@ -98,11 +98,11 @@ def forensics_graph_findings(incident, analysis):
             level = ("", "", "")
         return findings + [Finding(
             ID, "missing_rank", "error", tuple(sorted(sinks)),
-            f"{len(analysis.waiting)} rank(s) wait for rank {compact(sinks)}, {where} "
-            f"({', '.join(described)}). The job is stuck ({why}).",
+            f"{len(analysis.waiting)} rank(s) wait for rank {compact(sinks)}, {where}. "
+            f"{'; '.join(described)}. The job is stuck ({why}).",
             evidence, HINT,
-            f"{len(analysis.waiting)} 个 Rank 在等待 Rank {compact(sinks)}，{where_zh}"
-            f"（{', '.join(described)}）。作业已卡住（{why_zh}）。", HINT_ZH,
+            f"{len(analysis.waiting)} 个 Rank 在等待 Rank {compact(sinks)}，{where_zh}。"
+            f"{'；'.join(described)}。作业已卡住（{why_zh}）。", HINT_ZH,
             confidence=level[0], confidence_reason=level[1], confidence_reason_zh=level[2])]
     return findings + [Finding(
         "waiting-on-progressing-rank", "waiting_on_progressing_rank", "info", tuple(sorted(sinks)),
