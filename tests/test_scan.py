@@ -87,3 +87,11 @@ def test_a_json_list_of_objects_is_still_a_document(tmp_path):
     (tmp_path / "rank0.pyspy.json").write_bytes(
         b'[{"pid": 1, "thread_id": 2, "os_thread_id": 3, "owns_gil": false, "frames": []}]')
     assert _kinds(tmp_path, AcmeReader())["rank0.pyspy.json"] == ["py-spy-json"]
+
+
+def test_only_the_processes_that_printed_a_dump_are_split_out_for_it(tmp_path):
+    dump = [b"[rank1]:" + line for line in (DUMP % (200, 200)).splitlines(keepends=True)]
+    chatter = [b"[rank0]:step %d loss 2.5\n" % i for i in range(len(dump))]
+    (tmp_path / "tee.log").write_bytes(b"".join(a + b for a, b in zip(chatter, dump)))
+    found = _kinds(tmp_path, AcmeReader())
+    assert found.get("tee.log[rank1]") == ["py-spy"] and "tee.log[rank0]" not in found
