@@ -41,6 +41,7 @@ RULE_PLUGINS = (
     "forensics.rules.comm_waits",
     "forensics.rules.stream_waits",
     "forensics.rules.collective_mismatch",
+    "forensics.rules.call_site_mismatch",
     "forensics.rules.wait_cycle",
     "forensics.rules.dead_rank",
     "forensics.rules.missing_rank",
