@@ -65,7 +65,6 @@ What the text cannot tell, and what we assume:
 from __future__ import annotations
 
 import itertools
-import os
 
 from .. import lazy, messages
 from ..model import Evidence, Frame, ProcessDump, ProcessRecord, ThreadStack
@@ -74,7 +73,7 @@ from .facts import Facts
 from .grammar import parser
 from .reader import markers_hook, reader_hooks
 from .statements import HEAD_WINDOW, TAIL_WINDOW, _read as read_windows  # a big file's head and tail
-from .textio import HEAD_BYTES, InputError, compression, has_nul, int_text, looks_binary, open_regular
+from .textio import InputError, has_nul, int_text, looks_binary
 from .torchlog import _ANSI, _ANSI_PATTERN, _LABEL, _OUTER, LABEL_HEAD_LINES, labelled  # the prefixes c10d logs carry too
 
 KIND_TRACEBACK = "traceback"
@@ -111,19 +110,15 @@ _ANSI_BYTES = lazy.regex(_ANSI_PATTERN.encode())
 
 
 def sniff(path: str, head: bytes) -> str | None:
-    """"traceback" or "faulthandler" by what the head shows first; the
-    reader reads both either way. A big plain file is also searched in its
-    last 64 KiB: a rank's stderr holds its fatal traceback at the end.
-    gdb's py-bt (`Traceback (most recent call first):`) is not claimed, nor
-    Python source (a collector's script quoting these lines)."""
+    """"traceback" or "faulthandler" by what the sample shows first; the
+    reader reads both either way. (The scan shows every reader a big file's
+    tail and the windows around its markers too: a rank's stderr holds its
+    fatal traceback at the end.) gdb's py-bt (`Traceback (most recent call
+    first):`) is not claimed, nor Python source (a collector's script quoting
+    these lines)."""
     if not head or has_nul(head) or looks_binary(head) or path.endswith((".py", ".pyi")):
         return None
-    kind = _sniff_text(head)
-    if kind is None and len(head) >= HEAD_BYTES:
-        tail = _tail(path)
-        if tail and not has_nul(tail):
-            kind = _sniff_text(tail)
-    return kind
+    return _sniff_text(head)
 
 
 def _sniff_text(text: bytes) -> str | None:
@@ -138,21 +133,6 @@ def _sniff_text(text: bytes) -> str | None:
     if fault is None or (traceback is not None and traceback.start() < fault.start()):
         return KIND_TRACEBACK
     return KIND_FAULTHANDLER
-
-
-def _tail(path: str) -> bytes:
-    """The last HEAD_BYTES of a plain file (compressed streams cannot seek)."""
-    try:
-        if compression(path):
-            return b""
-        with open_regular(path) as handle:
-            size = os.fstat(handle.fileno()).st_size
-            if size <= HEAD_BYTES:
-                return b""
-            handle.seek(size - HEAD_BYTES)
-            return handle.read(HEAD_BYTES)
-    except OSError:
-        return b""
 
 
 # ---------------------------------------------------------------- lines
