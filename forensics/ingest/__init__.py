@@ -10,7 +10,7 @@ from dataclasses import replace
 from .. import limits
 from .. import model as m
 from ..model import Artifact, Diagnostic, Evidence, Incident, StuckSignal
-from . import workers
+from . import wholedump, workers
 from .attribution import rank_from_path
 from .facts import Facts
 from .merge import LAST_PRINTED, merge
@@ -172,8 +172,10 @@ def _unreadable(path: str) -> str:
 def _sniff_all(paths: list[str], plugins, jobs: int) -> list[tuple[list[str], str, bool]]:
     """Sniff many files in worker processes: every reader looks at every
     head, so for 20,000 dumps this is seconds of CPU worth sharing."""
+    fast = wholedump.applies(plugins)
+
     def sniff_some(some: list[str]) -> list[tuple[list[str], str, bool]]:
-        return [sniff(path, path, plugins) for path in some]
+        return [_sniff_one(path, plugins, fast) for path in some]
 
     if jobs <= 1 or len(paths) < SNIFF_PARALLEL_MIN:
         return sniff_some(paths)
@@ -196,8 +198,15 @@ def _sniff_all(paths: list[str], plugins, jobs: int) -> list[tuple[list[str], st
     return [answer for answers in out for answer in answers]
 
 
+def _sniff_one(path: str, plugins, fast: bool) -> tuple[list[str], str, bool]:
+    """A file that is one whole stack dump is known by its shape (`wholedump`); any other gets the full look."""
+    kind = wholedump.kind_of(path) if fast else None
+    return ([kind], "", False) if kind else sniff(path, path, plugins)
+
+
 def _sniff_chunk(paths):
-    return [sniff(path, path, _WORKER_PLUGINS) for path in paths]
+    fast = wholedump.applies(_WORKER_PLUGINS)
+    return [_sniff_one(path, _WORKER_PLUGINS, fast) for path in paths]
 
 
 def _pool(jobs: int, spec):
@@ -233,7 +242,7 @@ def _parse_one(artifact, plugins):
 def _parse_unstamped(artifact, plugins):
     """A file whose lines start with a collector's timestamp, or the lines of
     one process in a console that interleaves several, parsed as a copy
-    without the stamps and the other processes' lines (`textio.filtered_copy`):
+    without the stamps (`textio.unstamped_copy`) or the other processes' lines (`textio.lines_of_copy`):
     the same lines, at the same numbers, in the format the parsers know."""
     import shutil
     import tempfile

@@ -68,6 +68,36 @@ def sniff(path: str, head: bytes) -> bool:
     return bool(_SNIFF_HEADER.search(head) or _SNIFF_FRAME.search(head))
 
 
+# A file that is gdb's `thread apply all bt` and nothing else (`wholedump`):
+# gdb's own lines as it prints them on attach and detach, thread headers,
+# `#N` frames and blank lines; quotes only where gdb puts them, never in a frame.
+_WHOLE_DUMP_BAD_LINE = lazy.regex(
+    rb"(?m)^(?!(?:"
+    rb"#\d+ [^\n\"]*"
+    rb"|Thread \d+ \(Thread 0x[0-9a-fA-F]+ \(LWP \d+\)(?: \"[^\n\"]*\")?\):"
+    rb"|\[New LWP \d+\]"
+    rb"|\[New Thread 0x[0-9a-fA-F]+ \(LWP \d+\)\]"
+    rb"|\[Thread debugging using libthread_db enabled\]"
+    rb"|\[Inferior \d+ \(process \d+\) detached\]"
+    rb"|Using host libthread_db library \"[^\n\"]*\"\."
+    rb"|(?:0x[0-9a-fA-F]+ in )?[\w.~:<>$@]+ \([^\n\"]*\) (?:at|from) [^\s\"]+"
+    rb"|To enable execution of this file add"
+    rb"|\tadd-auto-load-safe-path [^\s\"]+"
+    rb"|line to your configuration file \"[^\n\"]*\"\."
+    rb"|To completely disable this security protection add"
+    rb"|\tset auto-load safe-path /"
+    rb"|For more information about this security protection see the"
+    rb"|\"Auto-loading safe path\" section in the GDB manual\.  E\.g\., run from the shell:"
+    rb"|\tinfo \"\(gdb\)Auto-loading safe path\""
+    rb"|)$)[^\n]*")
+
+
+def whole_dump(data: bytes) -> bool:
+    """Whether `data`, a whole file without NUL, CR or escape bytes, is one
+    gdb backtrace of all threads: a thread header, then only gdb's own lines."""
+    return b"(LWP " in data and _SNIFF_HEADER.search(data) is not None and _WHOLE_DUMP_BAD_LINE.search(data) is None
+
+
 def parse(path: str, display: str) -> Facts:
     data = read_bytes(path)
     if not data.strip():

@@ -120,6 +120,24 @@ def sniff(path: str, head: bytes) -> str | None:
     return None
 
 
+# A file that is one text dump and nothing else (`wholedump`): every line of
+# one of the dump's own shapes, quotes only around a thread's name.
+_WHOLE_DUMP_BAD_LINE = lazy.regex(
+    rb"(?m)^(?!(?:"
+    rb"Process \d+: [^\n\"]*"
+    rb"|Python v[^\s(\"][^\n\"]*"
+    rb"|Thread (?:0[xX][0-9a-fA-F]+|\d+) \((?:idle|active|active\+gil)\)(?:: \"[^\n\"]*\")?"
+    rb"|    [^\s\"][^\n\"]*\)"
+    rb"|)$)[^\n]*")
+
+
+def whole_dump(data: bytes) -> bool:
+    """Whether `data`, a whole file without NUL, CR or escape bytes, is one
+    py-spy text dump: its header first, then only thread, frame and blank lines."""
+    return (data.startswith(b"Process ") and b"\nPython v" in data[:4096]
+            and _WHOLE_DUMP_BAD_LINE.search(data) is None)
+
+
 # ------------------------------------------------------------------ lines
 
 class _LineTransformer:
