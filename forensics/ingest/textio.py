@@ -580,18 +580,12 @@ def lines_of_copy(path: str, folder: str, prefix: bytes, stamps: bool) -> tuple[
 
 
 def unstamped_copy(path: str, folder: str) -> str:
-    """A copy of a stamped file in `folder`, decompressed and without the
-    stamps (`filtered_copy`)."""
-    return filtered_copy(path, folder, unstamp)
-
-
-def filtered_copy(path: str, folder: str, transform) -> str:
-    """A copy of a file in `folder`, decompressed, each run of whole lines
-    passed through `transform` (which keeps their number: it changes lines,
-    never adds or drops one), so what a reader cites of the copy is where it
-    stands in the file. Read as `read_bytes` reads (up to the size a plain
-    file had when opened, a compressed one up to the limit), in steps of
-    whole lines."""
+    """A copy of a stamped file in `folder`, decompressed, each run of whole
+    lines without its collector's stamps (`unstamp` keeps every line: what a
+    reader cites of the copy is where it stands in the file). Read as
+    `read_bytes` reads (up to the size a plain file had when opened, a
+    compressed one up to the limit), in steps of whole lines."""
+    transform = unstamp
     name = re.sub(r"\.(?:gz|zst|zstd)$", "", os.path.basename(path)) or "log"
     copy = os.path.join(folder, name)
     try:

@@ -165,8 +165,10 @@ BIG_FILE = 16 << 20    # a plain log larger than this is read as its head and it
 BIG_HEAD = 256 << 10   # init lines: the job's ranks, groups, hosts
 BIG_TAIL = 256 << 10   # where it stopped: timeouts, desync reports, exceptions, exits; grown while
 BIG_TAIL_MOST = 16 << 20  # it holds nothing of c10d's (a console whose last hours are NCCL INFO lines)
-_C10D_MARKS = (b"ProcessGroup", b"c10d", b"Watchdog", b"Traceback", b"torch.distributed", b"terminate called",
-               b"Desync", b"NCCL error", b"ChildFailedError")
+# What marks a c10d line or block: a big log's tail grows until it holds one, and the scan
+# looks around each in the middle of a big file (with the sniffer's own literals).
+_C10D_MARKS = (b"ProcessGroup", b"c10d", b"Watchdog", b"Traceback", b"torch.distributed", b"torch/distributed",
+               b"terminate called", b"[Rank ", b"Desync", b"NCCL error", b"ChildFailedError")
 
 
 def parse(path: str, display: str) -> Facts:
@@ -187,9 +189,7 @@ def parse(path: str, display: str) -> Facts:
 forensics_sniff, forensics_parse = reader_hooks(
     {KIND: lambda artifact: parse(artifact.path, artifact.display)},
     lambda path, head: KIND if sniff(path, head) else None)
-forensics_sniff_markers = markers_hook(_SNIFF_LITERALS + (
-    b"ProcessGroup", b"Watchdog caught", b"torch/distributed", b"c10d", b"terminate called", b"[Rank ", b"Desync",
-    b"NCCL error", b"Traceback (most recent call last)"))
+forensics_sniff_markers = markers_hook(_SNIFF_LITERALS + _C10D_MARKS)
 
 
 # ---------------------------------------------------------------- reading lines
