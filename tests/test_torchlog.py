@@ -727,3 +727,12 @@ def test_sniff_rejects_a_head_with_nul_bytes_before_scanning_it():
     shot = (CORPUS / "snapshot_missing_rank" / "snapshot_1.json").read_bytes()[:65536]
     assert snapshot.sniff("snapshot_1.json", shot)
     assert not snapshot.sniff("snapshot_1.json", shot[:40] + b"\x00" + shot[40:])
+
+
+def test_python_source_quoting_c10d_lines_is_not_a_log(tmp_path):
+    line = ("[rank1]:[E1218 20:27:21.426415540 ProcessGroupNCCL.cpp:629] [Rank 1] Watchdog caught collective "
+            "operation timeout: WorkNCCL(SeqNum=3, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran "
+            "for 600031 milliseconds before timing out.\n")
+    script = f'LINES = """\n{line}"""\n'.encode()
+    assert torchlog.sniff(str(tmp_path / "make.py"), script) is False
+    assert torchlog.sniff(str(tmp_path / "rank1.log"), line.encode()) is True

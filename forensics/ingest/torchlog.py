@@ -134,6 +134,8 @@ def sniff(path: str, head: bytes) -> bool:
     exceptions c10d raises. NCCL_DEBUG lines alone are the NCCL reader's."""
     if has_nul(head):  # binary: declined before any search of 64 KiB
         return False
+    if path.endswith((".py", ".pyi")):
+        return False  # Python source quotes these messages as literals: a script, not what a run printed
     if _crash_report(head):  # a rank's stderr: a traceback through c10d, or a C++ abort
         return not looks_binary(head)
     glog = b"torch/distributed/" in head and b"] " in head and _SNIFF_GLOG.search(head) is not None
