@@ -111,6 +111,8 @@ class Report:
     dump_groups: list = field(default_factory=list)  # unattributed dumps by where they are: [(judged, [dumps])]
     notes: dict = field(default_factory=dict)  # rank → RankNote
     group_progress: list = field(default_factory=list)  # progress_table.GroupRows: who reached which seq
+    # Stacks `forensics watch` dumped when it found the hang (forensics.live.watch.StackCapture), read once.
+    captured_stacks: list = field(default_factory=list)
     provenance: Provenance | None = None
 
     def decisive(self, limit: int) -> list[TimelineEntry]:

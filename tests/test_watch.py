@@ -607,3 +607,146 @@ def test_a_tcpstore_without_torch_is_one_line_naming_what_to_install(tmp_path, r
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "torch cannot be imported here (ImportError: libtorch_cpu.so: cannot open shared object file)" \
         in proc.stderr
+
+
+# ---------------------------------------------------------------- the stacks a verdict points at
+
+def _pyspy_cannot_attach() -> str:
+    """Why py-spy cannot dump another process of this machine here, or ""."""
+    if live.find_pyspy() is None:
+        return "py-spy is not installed (pip install py-spy; .ci/run installs it)"
+    try:
+        scope = Path("/proc/sys/kernel/yama/ptrace_scope").read_text().strip()
+    except OSError:
+        return ""  # no Yama: the usual same-user (or root) rule
+    if scope == "3":
+        return "kernel.yama.ptrace_scope is 3: no process may attach to another"
+    if scope in ("1", "2") and os.geteuid() != 0:
+        return f"kernel.yama.ptrace_scope is {scope}: the watcher is not the job's parent nor root"
+    return ""
+
+
+def _process_state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+@needs_torch
+def test_a_verdict_carries_the_stacks_of_the_root_cause_and_of_a_rank_that_waits_for_it(job_factory, tmp_path):
+    """missing_rank_dataloader: rank 2's loader thread is stuck, so its main
+    thread waits for a batch while 0, 1 and 3 wait in all_reduce. Without
+    --on-hang, the verdict's folder gets py-spy dumps of rank 2 (the root
+    cause) and of rank 0 (it waits for rank 2), and the reports written
+    there show every thread of both, citing the files. The dumps are shown
+    beside the judged snapshots, not judged with them: the verdict and each
+    rank's call (group, seq) stay what the snapshots say. The ranks keep
+    running."""
+    reason = _pyspy_cannot_attach()
+    if reason:
+        pytest.skip(reason)
+    job, watcher = _start(("tcpstore", None), job_factory, tmp_path, "missing_rank_dataloader", 4,
+                          watch_args=("--stuck-after", "5s"))
+    code, out, err = watcher.finish(200)
+    printed = json.loads(out)
+    assert code == 1 and printed["verdict"] == "missing_rank" and printed["culprit_ranks"] == [2], err[-2000:]
+    pids = _worker_pids(job, 4)
+    verdict = watcher.verdict()
+    assert verdict["root_cause_rank"] == 2
+    assert verdict["stacks"] == [
+        {"rank": 2, "role": "root_cause", "pid": pids[2], "file": "stacks/rank2.pyspy.txt"},
+        {"rank": 0, "role": "waiting", "pid": pids[0], "file": "stacks/rank0.pyspy.txt"}], verdict["stacks"]
+    folder = watcher.out / "hang-1"
+    dumps = {rank: (folder / "stacks" / f"rank{rank}.pyspy.txt").read_text() for rank in (0, 2)}
+    for rank, text in dumps.items():
+        assert text.startswith(f"Process {pids[rank]}:"), text[:200]  # py-spy's own header: a real dump
+    assert "read_shard_record" in dumps[2] and "all_reduce" in dumps[0] and "load_next_batch" not in dumps[0]
+    assert f"rank 2's stack: {folder / 'stacks' / 'rank2.pyspy.txt'}" in err, err[-2000:]
+    assert sorted(p.name for p in (folder / "snapshots").iterdir()) == ["snapshot-at-last-change.json",
+                                                                        "snapshot.json"]
+    written = json.loads((folder / "report.json").read_text())
+    assert written["verdict"] == "missing_rank" and written["culprit_ranks"] == [2]
+    assert (written["ranks"]["0"]["group"], written["ranks"]["0"]["seq"]) == ("0", 4)  # the snapshot's call
+    root, waiting = written["captured_stacks"]
+    assert (root["rank"], root["role"], root["file"], waiting["rank"], waiting["waits_for"]) == (
+        2, "root_cause", "stacks/rank2.pyspy.txt", 0, 2)
+    main = next(t for t in root["threads"] if t["tid"] == str(pids[2]))  # py-spy: the main thread's id is the pid
+    assert main["frames"][0].startswith("Condition.wait (threading.py:"), main
+    assert any(f.startswith("load_next_batch (train.py:") for f in main["frames"]), main
+    stuck = [t for t in root["threads"] if t["frames"] and t["frames"][0].startswith(
+        "ShardedLoader.read_shard_record (train.py:")]  # the loader thread, where the hang starts
+    assert len(stuck) == 1 and stuck[0]["evidence"]["path"] == "stacks/rank2.pyspy.txt", root["threads"]
+    line = stuck[0]["evidence"]["line"]
+    assert dumps[2].splitlines()[line - 1].startswith(f"Thread {stuck[0]['tid']} "), line  # cites its header
+    page = (folder / "report.html").read_text()
+    assert '<section id="captured">' in page and "stacks/rank2.pyspy.txt" in page and "read_shard_record" in page
+    states = {rank: _process_state(pid) for rank, pid in pids.items()}
+    assert not set(states.values()) & {"t", "T"}, states  # nothing left stopped
+    assert job.proc.poll() is None
+
+
+@needs_torch
+def test_stacks_that_cannot_be_dumped_are_said_in_the_report(tmp_path):
+    """Published states of a cycle whose ranks are real processes: one a
+    sleeping Python, one not Python at all. Without py-spy both are said
+    not dumped, naming py-spy; with it, the Python one is dumped and the
+    other's failure is quoted from py-spy, in the text, JSON and HTML
+    reports and in Chinese."""
+    reason = _pyspy_cannot_attach()
+    if reason:
+        pytest.skip(reason)
+    script = tmp_path / "waits.py"
+    script.write_text("import time\n\n\ndef wait_here():\n    time.sleep(600)\n\n\nwait_here()\n")
+    python = subprocess.Popen([sys.executable, str(script)])
+    other = subprocess.Popen(["sleep", "600"])
+    host = StoreHost()
+    url = f"tcpstore://127.0.0.1:{host.port}"
+    try:
+        for rank, proc in ((0, python), (1, other)):
+            _publish(url, rank, json.dumps({"current_op": "send", "peers": [1 - rank], "group": "0",
+                                            "pid": proc.pid, "host": socket.gethostname(), "done": 3 - rank}))
+        said = []
+        absent = live.watch(live.WatchOptions(url, 2, str(tmp_path / "absent"), timeout=30, echo=said.append,
+                                              pyspy=str(tmp_path / "no-py-spy")))
+        present = live.watch(live.WatchOptions(url, 2, str(tmp_path / "present"), timeout=30))
+    finally:
+        host.stop()
+        for proc in (python, other):
+            proc.kill()
+            proc.wait()
+    assert [(v.report.verdict, v.report.culprit_ranks, v.root_rank) for v in absent + present] == [
+        ("deadlock", [0, 1], 1), ("deadlock", [0, 1], 1)]  # rank 1: the fewest collectives done
+    from forensics.report import text
+
+    lines = text.render(absent[0].report).splitlines()
+    at = lines.index("Stacks dumped when the hang was found (py-spy dump):")
+    absent_words = "py-spy is not installed here (neither on PATH nor beside this Python; pip install py-spy)"
+    assert lines[at + 1:at + 3] == [
+        f"  rank 1 (the root-cause rank), pid {other.pid}: not dumped: {absent_words}",
+        f"  rank 0 (waits for rank 1), pid {python.pid}: not dumped: {absent_words}"], lines[at:at + 3]
+    assert f"rank 1's stack was not dumped: {absent_words}" in said, said
+    written = json.loads((tmp_path / "absent" / "hang-1" / "report.json").read_text())
+    assert [(c["rank"], c["file"], c["problem"]["kind"], c["threads"]) for c in written["captured_stacks"]] == [
+        (1, None, "no_pyspy", []), (0, None, "no_pyspy", [])]
+    zh = text.render(absent[0].report, "zh")
+    assert f"Rank 1（根因 Rank），pid {other.pid}: 未抓取：本机没有安装 py-spy" in zh
+
+    summary = present[0].summary["stacks"]
+    assert summary[1] == {"rank": 0, "role": "waiting", "pid": python.pid, "file": "stacks/rank0.pyspy.txt"}
+    assert (summary[0]["file"], summary[0]["problem"]) == (None, "failed")
+    assert summary[0]["problem_text"].startswith(f"py-spy dump --pid {other.pid} exited 1; it said: "), summary[0]
+    dumped = (tmp_path / "present" / "hang-1" / "stacks" / "rank0.pyspy.txt").read_text()
+    assert dumped.startswith(f"Process {python.pid}:") and "wait_here" in dumped
+    lines = text.render(present[0].report).splitlines()
+    at = lines.index("Stacks dumped when the hang was found (py-spy dump):")
+    assert lines[at + 1] == f"  rank 1 (the root-cause rank), pid {other.pid}: not dumped: {summary[0]['problem_text']}"
+    assert lines[at + 2] == f"  rank 0 (waits for rank 1), pid {python.pid}: stacks/rank0.pyspy.txt"
+    header = dumped.splitlines().index(next(line for line in dumped.splitlines() if line.startswith("Thread ")))
+    assert lines[at + 3].startswith(f"    Thread {python.pid} (") and lines[at + 3].endswith(
+        f"  [stacks/rank0.pyspy.txt:{header + 1}]"), lines[at + 3]  # cites the thread's line of the file
+    assert [line.strip() for line in lines[at + 4:at + 6]] == ["wait_here (waits.py:5)", "<module> (waits.py:8)"]
+    page = (tmp_path / "present" / "hang-1" / "report.html").read_text()
+    assert "wait_here (waits.py:5)" in page and "exited 1; it said:" in page
+    from forensics.report import markdown
+
+    lines = markdown.render(present[0].report).splitlines()
+    at = lines.index(f"- rank 0 (waits for rank 1), pid {python.pid}: stacks/rank0.pyspy.txt")
+    assert lines[at + 2] == "```" and lines[at + 4:at + 6] == ["    wait_here (waits.py:5)", "    <module> (waits.py:8)"]

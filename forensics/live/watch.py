@@ -13,6 +13,14 @@ On a verdict the watcher writes OUT/hang-N/ (the snapshots it judged,
 report.json, report.html, verdict.json with the root-cause rank: the
 culprit with the least progress), runs the `on_hang` command with the
 culprits in its environment, and stops, or keeps watching.
+
+It also dumps the stacks the verdict points at, the root-cause rank's and
+one rank's that waits for it, with `py-spy dump` into OUT/hang-N/stacks/,
+and the report shows them (every thread, citing the file) or says what
+kept a dump from being taken (no py-spy, no ptrace permission, another
+host). The dumps are shown beside the verdict, not judged with it: a dump
+shows a call but not its group, sequence number or peer, which the
+snapshot states.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -60,6 +69,8 @@ class WatchOptions:
     plugins: object = None
     on_verdict: Callable | None = None  # called with each Verdict (the CLI prints the report)
     stop: threading.Event | None = None
+    pyspy: str = ""                   # the py-spy to dump stacks with ("": on PATH, else beside this Python)
+    stack_timeout: float = 20.0       # a py-spy dump that takes longer is ended (it is ours)
 
 
 @dataclass
@@ -281,6 +292,164 @@ def run_hook(command: str, env: dict[str, str], timeout: float, say) -> dict:
     say(f"--on-hang exited {code} after {time.monotonic() - started:.1f} s")
     return {"command": command, "started": True, "exit_code": code,
             "seconds": round(time.monotonic() - started, 3)}
+
+
+# ---------------------------------------------------------------- the stacks a verdict points at
+
+STACK_FILE = "rank{rank}.pyspy.txt"  # the name `collect` gives a py-spy dump: ingest attributes it by name and pid
+_NOT_PERMITTED = ("permission denied", "operation not permitted", "ptrace")
+
+
+@dataclass
+class StackCapture:
+    """One stack the watcher tried to dump: the file and its threads as
+    read once (the report's renderers only format them), or why there is
+    none. Report.captured_stacks holds these."""
+
+    rank: int
+    role: str                  # "root_cause" | "waiting"
+    pid: int | None
+    waits_for: int | None = None  # for "waiting": the root-cause rank
+    file: str = ""             # relative to the verdict's folder, when the dump was taken
+    threads: tuple = ()        # ThreadStack, as forensics.ingest.pyspy reads the dump
+    problem: str = ""          # why it was not taken or read: a key of forensics.report.text.STACK_PROBLEMS
+    detail: dict = field(default_factory=dict)  # the values its words name
+
+    def to_json(self) -> dict:
+        from ..report.text import stack_problem
+
+        out = {"rank": self.rank, "role": self.role, "pid": self.pid, "file": self.file or None}
+        if self.problem:
+            out["problem"] = self.problem
+            out["problem_text"] = stack_problem(self)
+        return out
+
+    def fail(self, problem: str, **detail) -> None:
+        self.problem, self.detail = problem, detail
+
+
+def stack_targets(report, states: dict[int, dict], root: int | None) -> list[tuple[int, str]]:
+    """The root-cause rank, and one rank that waits for it: the lowest
+    blocked rank whose waits include it, else the lowest other blocked
+    culprit, else the lowest other blocked rank."""
+    if root is None:
+        return []
+    blocked = [r for r in sorted(states) if r != root and is_blocked(states[r])]
+    waiting = next((r for r in blocked if root in report.analysis.waits_of(r)[0]), None)
+    if waiting is None:
+        culprits = set(report.culprit_ranks)
+        waiting = next((r for r in blocked if r in culprits), blocked[0] if blocked else None)
+    return [(root, "root_cause")] + ([(waiting, "waiting")] if waiting is not None else [])
+
+
+def read_dump(capture: StackCapture, path: str) -> None:
+    """The threads of a dump just written, read as `analyze` reads py-spy
+    dumps; one it cannot read keeps its file and says why."""
+    from ..ingest import pyspy
+    from ..ingest.textio import InputError
+
+    try:
+        facts = pyspy.parse(path, capture.file)
+    except InputError as exc:
+        capture.fail("unreadable", said=str(exc))
+        return
+    capture.threads = tuple(thread for dump in facts.processes for thread in dump.threads)
+    if not capture.threads:
+        capture.fail("no_thread")
+
+
+def find_pyspy(explicit: str = "") -> str | None:
+    """py-spy on PATH, else beside this Python (a virtualenv not activated); None when absent."""
+    def runnable(path):
+        return path if path and os.path.isfile(path) and os.access(path, os.X_OK) else None
+
+    if explicit:
+        return runnable(explicit)
+    return runnable(shutil.which("py-spy")) or runnable(os.path.join(os.path.dirname(sys.executable), "py-spy"))
+
+
+_NONBLOCKING: dict[str, bool] = {}
+
+
+def pyspy_command(pyspy: str, pid: int) -> list[str]:
+    """`py-spy dump --pid PID`, with --nonblocking where this py-spy has it:
+    the process is then read, never paused."""
+    if pyspy not in _NONBLOCKING:
+        try:
+            helped = subprocess.run([pyspy, "dump", "--help"], capture_output=True, text=True, timeout=10,
+                                    stdin=subprocess.DEVNULL)
+            _NONBLOCKING[pyspy] = "--nonblocking" in helped.stdout + helped.stderr
+        except (OSError, subprocess.SubprocessError):
+            _NONBLOCKING[pyspy] = False
+    return [pyspy, "dump", "--pid", str(pid)] + (["--nonblocking"] if _NONBLOCKING[pyspy] else [])
+
+
+def capture_stacks(targets, states: dict[int, dict], folder: str, pyspy: str | None,
+                   timeout: float) -> list[StackCapture]:
+    """Dump each target's stack with py-spy into `folder` (both at once);
+    nothing else is done to the processes. A dump that outlives `timeout`
+    is ended: the py-spy process is ours."""
+    here = socket.gethostname()
+    captures, running = [], []
+    root = next((rank for rank, role in targets if role == "root_cause"), None)
+    for rank, role in targets:
+        state = states.get(rank)
+        pid = state.get("pid") if state else None
+        capture = StackCapture(rank, role, pid if _is_int(pid) else None, root if role == "waiting" else None)
+        captures.append(capture)
+        if state is None:
+            capture.fail("no_state")
+        elif state.get("alive") is False or state.get("current_op") == "exited":
+            capture.fail("exited")
+        elif capture.pid is None:
+            capture.fail("no_pid")
+        elif state.get("host") and state["host"] != here:
+            capture.fail("other_host", host=state["host"], here=here)
+        elif pyspy is None:
+            capture.fail("no_pyspy")
+        else:
+            try:
+                proc = subprocess.Popen(pyspy_command(pyspy, pid), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                        stdin=subprocess.DEVNULL, start_new_session=True)
+            except OSError as exc:
+                capture.fail("cannot_start", said=str(exc.strerror or exc))
+                continue
+            running.append((capture, proc))
+    deadline = time.monotonic() + timeout
+    for capture, proc in running:
+        try:
+            out, err = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            _end(proc)
+            capture.fail("timeout", seconds=f"{timeout:g}")
+            continue
+        text = out.decode("utf-8", "replace")
+        if proc.returncode == 0 and text.strip():
+            os.makedirs(folder, exist_ok=True)
+            name = STACK_FILE.format(rank=capture.rank)
+            _write_text(os.path.join(folder, name), text)
+            capture.file = os.path.join(os.path.basename(folder), name)
+            read_dump(capture, os.path.join(folder, name))
+            continue
+        said = " ".join((err.decode("utf-8", "replace") or text).split())[:300] or "nothing"
+        if any(word in said.lower() for word in _NOT_PERMITTED):
+            capture.fail("not_permitted", said=said)
+        else:
+            capture.fail("failed", code=proc.returncode, said=said)
+    return captures
+
+
+def _end(proc) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.communicate(timeout=5)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 # ---------------------------------------------------------------- the watcher
@@ -527,6 +696,9 @@ class Watcher:
         last_entered = max(entered) if entered and len(entered) == len(report.culprit_ranks) \
             and all(e is not None for e in entered) else None
         root = root_cause_rank(report.culprit_ranks, states)
+        captures = capture_stacks(stack_targets(report, states, root), states, os.path.join(folder, "stacks"),
+                                  find_pyspy(self.o.pyspy), self.o.stack_timeout)
+        report.captured_stacks = captures
         verdict = Verdict(report, folder, root, detected, last_entered)
         rendered = formats(self.plugins)
         for name, filename in (("json", "report.json"), ("html", "report.html")):
@@ -547,6 +719,7 @@ class Watcher:
             "judged_stuck": os.path.exists(os.path.join(folder, "snapshots", "snapshot-at-last-change.json")),
             "stuck_after_s": self.o.stuck_after, "store": self.o.store, "world_size": self.o.world_size,
             "ranks_with_state": len(self.states), "ranks_judged": len(states),
+            "stacks": [c.to_json() for c in captures],
         }
         _write_json(os.path.join(folder, "verdict.json"), verdict.summary)
         who = f"rank {compact(report.culprit_ranks)}" if report.culprit_ranks else "no rank named"
@@ -558,6 +731,9 @@ class Watcher:
         if part:
             line += f"; judged on the {len(states)} rank(s) the culprits can wait for (every rank: all-ranks/)"
         self.say(f"{line}; reports in {folder}")
+        for capture in captures:
+            self.say(f"rank {capture.rank}'s stack: {os.path.join(folder, capture.file)}" if not capture.problem else
+                     f"rank {capture.rank}'s stack was not dumped: {capture.to_json()['problem_text']}")
         if self.o.on_hang:
             hook = run_hook(self.o.on_hang, hook_environment(verdict, states, self.o.store), self.o.hook_timeout,
                             self.say)

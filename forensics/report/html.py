@@ -31,6 +31,8 @@ LANES_SHOWN = 16            # timeline lanes drawn; the rest are counted ("N mor
 FULL_TABLE_LIMIT = 64       # ranks shown row by row at the top; more are grouped (all rows stay, folded)
 GROUPS_SHOWN = 40           # grouped rows of a large job; process groups in the progress table
 PROGRESS_ROWS = 64          # sequence numbers shown per process group (JSON lists all)
+CAPTURED_THREADS = 64       # threads of a stack the watcher dumped; the file holds every one
+CAPTURED_FRAMES = 100       # frames shown per thread
 MAX_EXCERPTS = 300          # distinct cited lines shown as excerpts; further citations stay plain text
 CONTEXT = 3                 # lines shown either side of a cited line
 LINE_CHARS = 240            # a longer artifact line is cut (a 10,000-rank snapshot is one line)
@@ -79,6 +81,9 @@ _L = {
         "undated": "No line gives a time: the dots are placed in the order the events were read, not by time.",
         "last_line": "last log line", "last_progress": "last progress",
         "progress": "Progress by group", "no_record": "no record",
+        "captured": "Stacks dumped when the hang was found",
+        "captured_note": "py-spy dump of the root-cause rank and of a rank waiting for it, taken by forensics watch "
+                         "on its verdict; every thread, innermost frame first.",
         "progress_note": "The furthest collective each rank reached in each process group; who is behind is "
                          "listed first.",
     },
@@ -113,6 +118,9 @@ _L = {
         "undated": "没有任何行带时间：圆点按读取到的先后顺序排列，而非按时间。",
         "last_line": "最后一行日志", "last_progress": "最近进展",
         "progress": "各通信组进度", "no_record": "无记录",
+        "captured": "发现卡死时抓取的调用栈",
+        "captured_note": "forensics watch 作出结论时用 py-spy dump 抓取的根因 Rank 和一个等待它的 Rank 的调用栈；"
+                         "列出全部线程，最内层的帧在前。",
         "progress_note": "每个 Rank 在各通信组中到达的最远集合通信；落后者列在前面。",
     },
 }
@@ -143,6 +151,7 @@ def render(report, lang: str = "en") -> str:
         _ranks(report, data, stack_of_rank, t, excerpts),
         _progress(report, t),
         _stacks(tree, leaves, t),
+        _captured(report, t, lang),
         _findings(report, data, lang, excerpts),
         _diagnostics(report, t, excerpts),
     ]
@@ -451,6 +460,37 @@ def _progress(report, t) -> str:
     return (f'<section id="progress"><h2>{escape(t["progress"])}</h2>'
             f'<p class="muted">{escape(t["progress_note"])}</p>'
             f'<table class="progress">{head}{"".join(rows)}</table></section>')
+
+
+def _captured(report, t, lang) -> str:
+    """The stacks `forensics watch` dumped on its verdict (report.captured_stacks)."""
+    from .text import WORDS, frame_label, stack_problem, thread_label
+
+    if not report.captured_stacks:
+        return ""
+    words = WORDS[lang]
+    parts = []
+    for capture in report.captured_stacks:
+        who = words["captured_root" if capture.role == "root_cause" else "captured_waiting"].format(
+            rank=capture.rank, root=capture.waits_for, pid=capture.pid if capture.pid is not None else "-")
+        link = f' <a href="#rank-{capture.rank}">#</a>' if capture.rank in report.incident.ranks else ""
+        if capture.problem:
+            parts.append(f'<h3>{escape(who)}{link}</h3><p class="sev-warning">'
+                         f'{escape(words["not_dumped"].format(why=stack_problem(capture, lang)))}</p>')
+            continue
+        parts.append(f"<h3>{escape(who)}{link}: <code>{escape(capture.file)}</code></h3>")
+        for thread in capture.threads[:CAPTURED_THREADS]:
+            cite = f' <span class="muted">{escape(thread.evidence.cite())}</span>' if thread.evidence else ""
+            frames = "\n".join(escape(frame_label(f)) for f in thread.frames[:CAPTURED_FRAMES])
+            if len(thread.frames) > CAPTURED_FRAMES:
+                frames += "\n" + escape(words["more_frames"].format(n=len(thread.frames) - CAPTURED_FRAMES))
+            parts.append(f"<details open><summary><code>{escape(thread_label(thread))}</code>{cite}</summary>"
+                         f"<pre>{frames}</pre></details>")
+        if len(capture.threads) > CAPTURED_THREADS:
+            more = len(capture.threads) - CAPTURED_THREADS
+            parts.append(f'<p class="muted">{escape(words["more_threads"].format(n=more))}</p>')
+    return (f'<section id="captured"><h2>{escape(t["captured"])}</h2><p class="muted">{escape(t["captured_note"])}</p>'
+            + "".join(parts) + "</section>")
 
 
 def _last_cells(note, excerpts) -> str:

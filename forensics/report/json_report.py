@@ -14,6 +14,7 @@ from .safe_text import json_dumps
 SCHEMA = "forensics.report/1"
 MAX_WAITING_FOR = 64
 MAX_EVENTS = 500
+MAX_FRAMES = 200  # frames of one thread of a captured stack
 
 
 def node_json(node):
@@ -86,6 +87,24 @@ def to_dict(report, lang: str = "en") -> dict:
     }
     if report.group_progress:  # optional: only where some rank's calls are numbered
         out["group_progress"] = progress_table.to_json(report.group_progress)
+    if report.captured_stacks:  # optional: only in the reports `forensics watch` writes
+        out["captured_stacks"] = [_captured(c, lang) for c in report.captured_stacks]
+    return out
+
+
+def _captured(capture, lang: str) -> dict:
+    """A stack the watcher dumped on its verdict: the file and its threads, or why there is none."""
+    from .text import frame_label, stack_problem
+
+    out = {"rank": capture.rank, "role": capture.role, "pid": capture.pid, "file": capture.file or None}
+    if capture.waits_for is not None:
+        out["waits_for"] = capture.waits_for
+    if capture.problem:
+        out["problem"] = {"kind": capture.problem, "message": stack_problem(capture, lang)}
+    out["threads"] = [{"tid": t.tid, "name": t.name, "status": t.status,
+                       "evidence": t.evidence.to_json() if t.evidence is not None else None,
+                       "frames": [frame_label(f) for f in t.frames[:MAX_FRAMES]]}
+                      for t in capture.threads]
     return out
 
 

@@ -20,6 +20,8 @@ DIAGNOSTICS_SHOWN = 10
 WAITS_SHOWN = 64
 GROUPS_SHOWN = 16  # groups in the progress table; JSON lists all
 ROWS_SHOWN = 12    # sequence numbers shown per group
+THREADS_SHOWN = 16  # threads of a dumped stack shown; the file holds every one
+FRAMES_SHOWN = 24   # frames shown per thread
 _FROM_END = re.compile(r"\S:-\d")  # a citation `path:-N` (tail mode)
 
 # The report's own words, by language; everything else comes from the Report.
@@ -34,6 +36,10 @@ WORDS = {
         "group_progress": "Progress by group (the furthest collective each rank reached):",
         "group_progress_header": ("group", "seq", "op", "state", "ranks"), "no_record": "no record",
         "more_rows": "… {n} more (--format json lists all)",
+        "captured": "Stacks dumped when the hang was found (py-spy dump):",
+        "captured_root": "rank {rank} (the root-cause rank), pid {pid}", "captured_waiting":
+        "rank {rank} (waits for rank {root}), pid {pid}", "not_dumped": "not dumped: {why}",
+        "more_frames": "… {n} more frames", "more_threads": "… {n} more threads (the file holds every one)",
         "last_printed": "Last printed (each rank's own console):", "progress": "last progress",
         "this_line": "this line",
         "stacks": "Stack classes (main thread, {ranks}, {classes}):",
@@ -58,6 +64,10 @@ WORDS = {
         "group_progress": "各通信组进度（每个 Rank 到达的最远集合通信）:",
         "group_progress_header": ("通信组", "序号", "操作", "状态", "Rank"), "no_record": "无记录",
         "more_rows": "… 另有 {n} 行（--format json 列出全部）",
+        "captured": "发现卡死时抓取的调用栈（py-spy dump）:",
+        "captured_root": "Rank {rank}（根因 Rank），pid {pid}", "captured_waiting":
+        "Rank {rank}（等待 Rank {root}），pid {pid}", "not_dumped": "未抓取：{why}",
+        "more_frames": "… 另有 {n} 帧", "more_threads": "… 另有 {n} 个线程（文件中有全部线程）",
         "last_printed": "最后输出（各 Rank 自己的控制台）:", "progress": "最近进展",
         "this_line": "即上一行",
         "stacks": "调用栈归类（主线程，{ranks}，{classes}）:",
@@ -72,6 +82,57 @@ WORDS = {
                     "大日志只读取开头和结尾，中间部分不计行数。",
     },
 }
+# Why a stack `forensics watch` meant to dump is not in the report (StackCapture.problem → words).
+STACK_PROBLEMS = {
+    "en": {
+        "no_state": "it published no state, so its process is not known",
+        "exited": "it exited: there is no process to dump",
+        "no_pid": "it published no pid",
+        "other_host": "it runs on host {host}, not on this one ({here}): run `py-spy dump --pid {pid}` there",
+        "no_pyspy": "py-spy is not installed here (neither on PATH nor beside this Python; pip install py-spy)",
+        "cannot_start": "py-spy could not start: {said}",
+        "timeout": "py-spy dump --pid {pid} took over {seconds} s: ended",
+        "not_permitted": "py-spy may not attach to pid {pid} (ptrace not permitted: run watch as the job's user or "
+                         "as root; kernel.yama.ptrace_scope 1 lets only a parent attach, 0 or CAP_SYS_PTRACE lifts "
+                         "it); py-spy said: {said}",
+        "failed": "py-spy dump --pid {pid} exited {code}; it said: {said}",
+        "unreadable": "the dump was written but could not be read: {said}",
+        "no_thread": "the dump shows no thread",
+    },
+    "zh": {
+        "no_state": "它没有发布状态，无从得知它的进程",
+        "exited": "它已退出：没有可抓取的进程",
+        "no_pid": "它没有发布 pid",
+        "other_host": "它运行在主机 {host} 上，不在本机（{here}）：请在那台主机上运行 `py-spy dump --pid {pid}`",
+        "no_pyspy": "本机没有安装 py-spy（PATH 中和当前 Python 旁都没有；pip install py-spy）",
+        "cannot_start": "py-spy 无法启动：{said}",
+        "timeout": "py-spy dump --pid {pid} 超过 {seconds} 秒未完成：已终止",
+        "not_permitted": "py-spy 无权附加到 pid {pid}（ptrace 不被允许：请以作业的用户或 root 运行 watch；"
+                         "kernel.yama.ptrace_scope 为 1 时只有父进程可以附加，设为 0 或授予 CAP_SYS_PTRACE 即可）；"
+                         "py-spy 的输出：{said}",
+        "failed": "py-spy dump --pid {pid} 以 {code} 退出；它的输出：{said}",
+        "unreadable": "转储已写出，但无法读取：{said}",
+        "no_thread": "转储中没有任何线程",
+    },
+}
+
+
+def stack_problem(capture, lang: str = "en") -> str:
+    """Why a captured stack is missing, in `lang`."""
+    table = STACK_PROBLEMS["zh" if lang == "zh" else "en"]
+    return table.get(capture.problem, capture.problem).format(pid=capture.pid, **capture.detail)
+
+
+def frame_label(frame) -> str:
+    return f"{frame.function} ({frame.file}:{frame.line})" if frame.file else frame.function
+
+
+def thread_label(thread) -> str:
+    """`Thread 7798 (idle): "MainThread"`, as py-spy prints it."""
+    return f"Thread {thread.tid}" + (f" ({thread.status})" if thread.status else "") + \
+        (f': "{thread.name}"' if thread.name else "")
+
+
 # Counted nouns: (singular, plural) in English; Chinese counts with a measure word.
 NOUNS = {
     "en": {"rank": ("rank", "ranks"), "class": ("class", "classes"), "file": ("file", "files"),
@@ -197,7 +258,7 @@ def render_terminal(report, lang: str = "en", width: int | None = None, color: b
 def blocks(report, lang: str = "en") -> list:
     """The report as styled lines and Tables, in the order every renderer
     shows them: verdict, cycles, narrative, timeline, ranks, why, progress
-    by group, stack classes, unattributed dumps, findings, unread lines, skipped files,
+    by group, stack classes, stacks a watcher dumped, unattributed dumps, findings, unread lines, skipped files,
     diagnostics. Each fact once: what the narrative tells, later sections
     point back to instead of repeating."""
     lang = "zh" if lang == "zh" else "en"
@@ -205,7 +266,8 @@ def blocks(report, lang: str = "en") -> list:
     out: list = []
     said = Said()
     for section in (_verdict_section, _narrative_section, _timeline_section, _ranks_section, _progress_section,
-                    _stacks_section, _unattributed_section, _findings_section, _unread_section):
+                    _stacks_section, _captured_section, _unattributed_section, _findings_section,
+                    _unread_section):
         found = section(report, lang, words, said) if section is _findings_section else section(report, lang, words)
         for item in found:
             if not isinstance(item, Table) and item.style != "stack" and section is not _findings_section:
@@ -276,6 +338,31 @@ def _stacks_section(report, lang, words) -> list:
     return [Line(), Line(words["stacks"].format(ranks=count(len(tree.ranks), "rank", lang),
                                                 classes=count(n, "class", lang)), "heading"),
             *(Line("  " + line, "stack") for line in stackclasses.render(tree))]
+
+
+def _captured_section(report, lang, words) -> list:
+    """The stacks `forensics watch` dumped on its verdict: every thread,
+    innermost frame first as py-spy prints them, each citing the file."""
+    if not report.captured_stacks:
+        return []
+    out = [Line(), Line(words["captured"], "heading")]
+    for capture in report.captured_stacks:
+        who = words["captured_root" if capture.role == "root_cause" else "captured_waiting"].format(
+            rank=capture.rank, root=capture.waits_for, pid=capture.pid if capture.pid is not None else "-")
+        if capture.problem:
+            out.append(Line(f"  {who}: " + words["not_dumped"].format(why=stack_problem(capture, lang)),
+                            "diagnostic"))
+            continue
+        out.append(Line(f"  {who}: {capture.file}", "why"))
+        for thread in capture.threads[:THREADS_SHOWN]:
+            cite = f"  [{thread.evidence.cite()}]" if thread.evidence is not None else ""
+            out.append(Line(f"    {thread_label(thread)}{cite}", "stack"))
+            out += [Line(f"      {frame_label(frame)}", "stack") for frame in thread.frames[:FRAMES_SHOWN]]
+            if len(thread.frames) > FRAMES_SHOWN:
+                out.append(Line("      " + words["more_frames"].format(n=len(thread.frames) - FRAMES_SHOWN), "stack"))
+        if len(capture.threads) > THREADS_SHOWN:
+            out.append(Line("    " + words["more_threads"].format(n=len(capture.threads) - THREADS_SHOWN), "stack"))
+    return out
 
 
 def _unattributed_section(report, lang, words) -> list:
