@@ -701,9 +701,7 @@ def test_pathological_lines_stay_fast(tmp_path):
             b"NCCL version 1.1.1" * 3000, b" " * 60000 + b"[repeated 3x across cluster]"]
     path = tmp_path / "junk.log"
     path.write_bytes(b"\n".join(junk * 10) + b"\n")
-    start = time.perf_counter()
-    facts = nccl.parse(str(path), "junk.log")
-    assert time.perf_counter() - start < 2
+    facts = nccl.parse(str(path), "junk.log")  # its time, beside grep: benchmarks/bench_hostile_lines.py
     assert [(r.host, r.pid, len(r.errors)) for r in facts.records] == [("h", 1, 10)]
 
 
@@ -981,7 +979,7 @@ def _check_never_crashes(path, data):
         except InputError:
             assert not data
             continue
-        assert facts.unrecognized >= 0 and facts.lines_read >= 0
+        assert 0 <= facts.unrecognized <= facts.lines_read <= total_lines(data)
         for proc in facts.records:
             assert isinstance(proc.host, str) and isinstance(proc.pid, int)
             for op in proc.recent_ops:
