@@ -33,7 +33,7 @@ def test_narrative_matches_golden(incident):
     except InputError as exc:
         # A known miss the tool cannot read yet: no narrative to keep, and the replay lists it.
         assert expected.get("xfail") and isinstance(exc, NothingReadable), exc
-        return
+        pytest.xfail(f"unreadable, a known miss: {expected['xfail']}")
     again = forensics.analyze(CORPUS / incident, hung=bool(args.get("hung")), jobs=1,
                               plugins=Plugins(autoload=False), exclude=METADATA)
     for lang in ("en", "zh"):

@@ -46,7 +46,7 @@ def test_every_corpus_report_meets_the_schema(folder):
                                    **(expected.get("args") or {}))
     except InputError as exc:  # an incident the tool cannot read yet: a known miss, which the replay reports
         assert expected.get("xfail") and isinstance(exc, NothingReadable), exc
-        return
+        pytest.xfail(f"unreadable, a known miss: {expected['xfail']}")
     for lang in ("en", "zh"):
         data = json.loads(json_report.render(report, lang))
         assert schema_problems(data) == [], lang

@@ -34,7 +34,7 @@ def test_a_subset_of_the_artifacts_gives_the_same_cause_or_none(folder):
     whole, parts, expected_yaml = subsets.outcomes(folder)
     if whole is None:  # nothing read at all: no subset to compare (the replay lists it as a known miss)
         assert expected_yaml.get("xfail") and not parts
-        return
+        pytest.xfail(f"unreadable, a known miss: {expected_yaml['xfail']}")
     name = os.path.basename(folder)
     found = {}
     for part in parts:
