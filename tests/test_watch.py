@@ -665,6 +665,11 @@ def test_a_verdict_carries_the_stacks_of_the_root_cause_and_of_a_rank_that_waits
     written = json.loads((folder / "report.json").read_text())
     assert written["verdict"] == "missing_rank" and written["culprit_ranks"] == [2]
     assert (written["ranks"]["0"]["group"], written["ranks"]["0"]["seq"]) == ("0", 4)  # the snapshot's call
+    # who stopped where, from the agents' states: rank 2 published no call since it started (none of its calls
+    # took long enough to be published), so it has no place in group 0, and the table says so
+    progress = written["group_progress"]
+    assert [(g["group"], [(r["seq"], r["op"], r["state"], r["ranks"]) for r in g["rows"]], g.get("no_record"))
+            for g in progress] == [("0", [(4, "all_reduce", "started", [0, 1, 3])], [2])], progress
     root, waiting = written["captured_stacks"]
     assert (root["rank"], root["role"], root["file"], waiting["rank"], waiting["waits_for"]) == (
         2, "root_cause", "stacks/rank2.pyspy.txt", 0, 2)

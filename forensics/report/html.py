@@ -464,15 +464,14 @@ def _progress(report, t) -> str:
 
 def _captured(report, t, lang) -> str:
     """The stacks `forensics watch` dumped on its verdict (report.captured_stacks)."""
-    from .text import WORDS, frame_label, stack_problem, thread_label
+    from .text import WORDS, capture_title, frame_label, stack_problem, thread_label
 
     if not report.captured_stacks:
         return ""
     words = WORDS[lang]
     parts = []
     for capture in report.captured_stacks:
-        who = words["captured_root" if capture.role == "root_cause" else "captured_waiting"].format(
-            rank=capture.rank, root=capture.waits_for, pid=capture.pid if capture.pid is not None else "-")
+        who = capture_title(capture, lang)
         link = f' <a href="#rank-{capture.rank}">#</a>' if capture.rank in report.incident.ranks else ""
         if capture.problem:
             parts.append(f'<h3>{escape(who)}{link}</h3><p class="sev-warning">'

@@ -123,6 +123,13 @@ def stack_problem(capture, lang: str = "en") -> str:
     return table.get(capture.problem, capture.problem).format(pid=capture.pid, **capture.detail)
 
 
+def capture_title(capture, lang: str = "en") -> str:
+    """`rank 2 (the root-cause rank), pid 7798`: whose stack a captured dump is."""
+    words = WORDS["zh" if lang == "zh" else "en"]
+    return words["captured_root" if capture.role == "root_cause" else "captured_waiting"].format(
+        rank=capture.rank, root=capture.waits_for, pid=capture.pid if capture.pid is not None else "-")
+
+
 def frame_label(frame) -> str:
     return f"{frame.function} ({frame.file}:{frame.line})" if frame.file else frame.function
 
@@ -347,8 +354,7 @@ def _captured_section(report, lang, words) -> list:
         return []
     out = [Line(), Line(words["captured"], "heading")]
     for capture in report.captured_stacks:
-        who = words["captured_root" if capture.role == "root_cause" else "captured_waiting"].format(
-            rank=capture.rank, root=capture.waits_for, pid=capture.pid if capture.pid is not None else "-")
+        who = capture_title(capture, lang)
         if capture.problem:
             out.append(Line(f"  {who}: " + words["not_dumped"].format(why=stack_problem(capture, lang)),
                             "diagnostic"))
