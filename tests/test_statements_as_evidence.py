@@ -72,3 +72,21 @@ def test_deepspeeds_rank_disagreement_is_a_mismatch_and_the_exit_after_it_no_cra
             "(exitcode: 1) local_rank: 6 (pid: 3183) of binary: /usr/bin/python3\n")
     report = analyze(tmp_path, {"train.log": text})
     assert report["verdict"] == "collective_mismatch" and report["culprit_ranks"] == [0, 6]
+
+
+FINGERPRINT = ("RuntimeError: Detected mismatch between collectives on ranks. Rank {rank} is running inconsistent "
+               "collective: CollectiveFingerPrint(OpType={op}, TensorShape=[4], TensorDtypes=Float, "
+               "TensorDeviceTypes=TensorOptions(dtype=float (default), device=cuda:{rank}, layout=Strided (default), "
+               "requires_grad=false (default), pinned_memory=false (default), memory_format=(nullopt)))\n")
+
+
+def test_the_older_detail_check_names_the_rank_whose_op_is_the_minoritys(tmp_path):
+    lines = "".join(f"[rank{r}]:" + FINGERPRINT.format(rank=r, op="BROADCAST" if r == 0 else "ALLREDUCE")
+                    for r in range(4))
+    report = analyze(tmp_path, {"train.log": lines})
+    assert report["verdict"] == "collective_mismatch" and report["culprit_ranks"] == [0]
+
+
+def test_the_older_detail_check_of_one_rank_alone_is_a_mismatch_without_a_side(tmp_path):
+    report = analyze(tmp_path, {"train.log": FINGERPRINT.format(rank=0, op="BROADCAST")})
+    assert report["verdict"] == "collective_mismatch" and report["confidence"]["level"] == "low"

@@ -241,7 +241,7 @@ def _mismatch(incident, hits) -> list[Finding]:
     pairs = [(h, e) for h, e in hits if e.cause == "collective_mismatch"
              and (h.fact("peer_rank") is not None or h.fact("ranks"))]
     if not pairs:
-        return []
+        return _mismatch_by_op(incident, hits)
     # Each line sets its printer against another rank; a rank named by
     # several printers, or the only one named, is the odd one out.
     accused: dict[int, set] = defaultdict(set)
@@ -269,6 +269,41 @@ def _mismatch(incident, hits) -> list[Finding]:
     message = f"Rank {compact(culprits)}: {entry.en}"
     return [Finding(MISMATCH, "collective_mismatch", "error", tuple(culprits), message, _cite(pairs),
                     HINTS[MISMATCH][0], f"Rank {compact(culprits)}：{entry.zh}", HINTS[MISMATCH][1],
+                    culprits=tuple(_rank_culprit(incident, r) for r in culprits), confidence=level,
+                    confidence_reason=reason, confidence_reason_zh=reason_zh)]
+
+
+def _mismatch_by_op(incident, hits) -> list[Finding]:
+    """Lines where each rank says only that its own collective differs from
+    some other rank's, naming its op (PyTorch 1.10-1.12's DETAIL check): the
+    ranks whose op is the minority's are the odd ones, when two or more ops
+    are printed and one is printed by more ranks; otherwise every printer, at
+    low confidence (one side's lines only)."""
+    ops: dict[str, set[int]] = defaultdict(set)
+    cited = []
+    for hit, entry in hits:
+        printer = hit.rank if hit.rank is not None else hit.fact("rank")
+        if entry.cause == "collective_mismatch" and hit.fact("op") and isinstance(printer, int):
+            ops[hit.fact("op")].add(printer)
+            cited.append((hit, entry))
+    if not ops:
+        return []
+    sizes = sorted((len(ranks), op) for op, ranks in ops.items())
+    if len(ops) >= 2 and sizes[-1][0] > sizes[-2][0]:
+        major = sizes[-1][1]
+        culprits = sorted(r for op, ranks in ops.items() if op != major for r in ranks)
+        level = "high" if sizes[-1][0] >= 2 else "medium"
+        reason = f"{sizes[-1][0]} rank(s) print {major}; rank {compact(culprits)} another collective"
+        reason_zh = f"{sizes[-1][0]} 个 Rank 打印的是 {major}；Rank {compact(culprits)} 是另一个集合通信"
+    else:
+        culprits, level = sorted(r for ranks in ops.values() for r in ranks), "low"
+        reason = ("the lines say each printer's collective differs from another rank's without naming it; the "
+                  "other ranks' lines would tell which side is odd")
+        reason_zh = "这些行只说明打印者的集合通信与另一个 Rank 不同，没有指出是谁；其他 Rank 的日志可以判断哪一方异常"
+    entry = cited[0][1]
+    return [Finding(MISMATCH, "collective_mismatch", "error", tuple(culprits),
+                    f"Rank {compact(culprits)}: {entry.en}", _cite(cited), HINTS[MISMATCH][0],
+                    f"Rank {compact(culprits)}：{entry.zh}", HINTS[MISMATCH][1],
                     culprits=tuple(_rank_culprit(incident, r) for r in culprits), confidence=level,
                     confidence_reason=reason, confidence_reason_zh=reason_zh)]
 
