@@ -6,8 +6,11 @@ Sources, strongest first: what an item says of itself (a log line's
 `[rank3]:` prefix, a c10d line naming its rank in the default group); a pid
 map the collector wrote (pid_map.json, ranks.yaml, manifest.json) or another
 artifact states (launcher summaries, NCCL init lines); a `rank` word in the
-path; a `rank`/`RANK` local in the dump itself; the pid of an item already
-attributed; and last, weakest, the number a file name ends with.
+path; a `rank`/`RANK` local in the dump itself; what the process says of
+itself in its command line or title (`process_identity`: a local rank only
+on a job the evidence says is one node, a tensor-parallel rank only where
+that group is the whole job); the pid of an item already attributed; and
+last, weakest, the number a file name ends with.
 Disagreements are diagnostics; an item nobody can place is kept and shown,
 never dropped.
 
@@ -40,6 +43,7 @@ from collections import defaultdict
 from typing import NamedTuple
 
 from .. import lazy
+from ..ranges import compact
 from ..model import Diagnostic
 
 STRONG, WEAK = "strong", "weak"
@@ -152,19 +156,24 @@ def _weak_rank(item, found: PathRank | None, several: set[str]) -> int | None:
         return None
     if item.path in several or getattr(item, "local_rank", None) is not None or item.pid == found.rank:
         return None
+    own = process_identity(getattr(item, "command", ""))
+    if own is not None and own.scope in (LOCAL, GROUP_LOCAL):  # a number of a node's or a group's
+        return None
     return found.rank
 
 
 def attribute(items, stated: PidMap, diagnostics: list[Diagnostic], learned: PidMap | None = None,
-              world: World | None = None):
+              world: World | None = None, shape: JobShape | None = None):
     """Place stack dumps or log records on global ranks.
 
     Returns ({rank: [items]}, [unattributed items], learned pid map). What an
     item says of itself (a log's `[rank3]:` prefix) comes first, then a pid
-    map, a `rank` word in the path, a rank variable in a dump, the pids
-    learned from items already placed (pass `learned` on to place the next
-    kind), and last a weak trailing number of the file name. A rank beyond
-    `world` is a diagnostic and is not used.
+    map, a `rank` word in the path, a rank variable in a dump, what the
+    process's command line or title says (`process_identity`; a local rank
+    only on a one-node job, `shape`), the pids learned from items already
+    placed (pass `learned` on to place the next kind), and last a weak
+    trailing number of the file name. A rank beyond `world` is a diagnostic
+    and is not used; a rank from a process's identity is said in one.
     """
     placed: dict[int, list] = defaultdict(list)
     pending: list = []
@@ -186,18 +195,24 @@ def attribute(items, stated: PidMap, diagnostics: list[Diagnostic], learned: Pid
         hint = getattr(item, "rank_hint", None)
         if hint is not None:
             candidates.append((hint, "a rank variable in the dump"))
+        itself, why_not = identity_rank(item, shape)
+        if itself is not None:
+            candidates.append((itself, why_not))
         candidates = [(r, s) for r, s in candidates if not outside_world(world, r, item.path, line, s, diagnostics)]
         weak = _weak_rank(item, found, several)
         if not candidates:
-            pending.append((item, weak))
+            pending.append((item, weak, why_not))
             continue
         rank, source = candidates[0]
+        if itself is not None and source == why_not:
+            diagnostics.append(Diagnostic(item.path, line, f"rank {rank} from {why_not}", "info"))
         for other, other_source in candidates[1:]:
             if other != rank:
                 diagnostics.append(Diagnostic(
                     item.path, line, f"{source} says rank {rank} but {other_source} says rank {other}: "
                                      f"using rank {rank}"))
-        if found is not None and found.strength == WEAK and found.rank != rank and item.path not in overruled:
+        if (found is not None and found.strength == WEAK and found.rank != rank and found.rank != item.pid
+                and item.path not in overruled):
             overruled.add(item.path)
             diagnostics.append(Diagnostic(item.path, line, f"the number {found.rank} ending the file name is not "
                                                            f"taken as a rank: {source} says rank {rank}", "info"))
@@ -205,7 +220,7 @@ def attribute(items, stated: PidMap, diagnostics: list[Diagnostic], learned: Pid
         if item.pid is not None:
             learned.add(item.host, item.pid, rank, item.path)
     unattributed = []
-    for item, weak in pending:
+    for item, weak, why_not in pending:
         line = item.evidence.line if item.evidence else 0
         found = learned.lookup(item.host, item.pid)
         if found is not None:
@@ -216,8 +231,230 @@ def attribute(items, stated: PidMap, diagnostics: list[Diagnostic], learned: Pid
         else:
             unattributed.append(item)
             who = f"pid {item.pid} is" if item.pid is not None else "printed these lines"
+            because = f"; {why_not}" if why_not else ""
             diagnostics.append(Diagnostic(
                 item.path, line,
-                f"cannot tell which rank {who} (no rank in the path, the artifact or a pid map): "
+                f"cannot tell which rank {who} (no rank in the path, the artifact or a pid map{because}): "
                 f"shown as unattributed", "warning"))
     return placed, unattributed, learned
+
+
+# --------------------------------------------------------------------------
+# What a process says about itself: its command line and its title
+#
+# py-spy prints `Process N: <cmdline>`, which is the title where a framework
+# sets one (setproctitle rewrites the command line). A launcher passes
+# `--local_rank=N` (torch.distributed.launch, DeepSpeed) or `--local-rank N`
+# (torch.distributed.launch since 2.0); some scripts take `--rank N`. A
+# LOCAL rank is a rank among one node's processes: it is the global rank only
+# where the job is one node. Frameworks' titles (SGLang's
+# `sglang::scheduler_DP0_TP1_EP1_PP0`, vLLM's `VLLM::Worker_PP1_TP0`) name a
+# rank of the tensor-parallel group; each adds a `_PP`/`_DP` part only when
+# that size exceeds 1, so a title with TP and neither of them is a process
+# of a job whose one tensor-parallel group is its whole torch world. Ray's
+# `ray::Class.method` names the actor and no rank.
+
+GLOBAL, LOCAL, GROUP_LOCAL, NAMED = "global", "local", "tp", "named"
+
+_LOCAL_RANK = lazy.regex(r"(?:^|\s)--local[_-]rank(?:=|\s+)(\d{1,7})(?!\S)")
+_RANK_ARG = lazy.regex(r"(?:^|\s)--rank(?:=|\s+)(\d{1,7})(?!\S)")
+_NODE_RANK = lazy.regex(r"(?:^|\s)--node[_-]rank(?:=|\s+)(\d{1,7})(?!\S)")
+_NPROC = lazy.regex(r"(?:^|\s)--nproc[_-]per[_-]node(?:=|\s+)(\d{1,7})(?!\S)")
+# SGLang: sglang::scheduler_TP1, _DP0_TP1, _DP0_PP1_TP2_EP0, _TP1_EP1_PP0 (the order moved between versions).
+_SGLANG = lazy.regex(r"^sglang::scheduler((?:_(?:DP|TP|PP|EP|NP)\d{1,5})*)\s*$")
+# vLLM: VLLM::Worker, VLLM::Worker_TP1, VLLM::Worker_DP0_PP1_TP0 (VLLM_PROCESS_NAME_PREFIX may replace VLLM).
+_VLLM = lazy.regex(r"^(\w+)::Worker((?:_(?:DP|TP|PP|EP)\d{1,5})*)\s*$")
+_PARTS = lazy.regex(r"_(DP|TP|PP|EP|NP)(\d{1,5})")
+_RAY = lazy.regex(r"^(ray::[\w.]+)")
+
+
+class Identity(NamedTuple):
+    """A rank a process states about itself, as it states it."""
+
+    rank: int | None  # None: a named process (Ray's actors) that states no rank
+    scope: str        # GLOBAL, LOCAL (one node's), GROUP_LOCAL (the TP group's), NAMED
+    said: str         # the words: "--local_rank=1", "sglang::scheduler_TP1"
+    where: str        # "its command line" | "its process title"
+    whole_world: bool = False  # a TP rank whose title says the TP group is the whole world
+
+
+def process_identity(command: str) -> Identity | None:
+    """What `command` (py-spy's `Process N: ...` text) says of the
+    process's rank; None when it says nothing."""
+    text = (command or "").strip()
+    if not text:
+        return None
+    title = _SGLANG.match(text) or _VLLM.match(text)
+    if title is not None:
+        parts = dict(_PARTS.findall(title.group(title.lastindex)))
+        if "TP" not in parts:
+            return Identity(None, NAMED, text, "its process title")
+        return Identity(int(parts["TP"]), GROUP_LOCAL, text, "its process title",
+                        whole_world=not ({"PP", "DP"} & set(parts)))
+    ray = _RAY.match(text)
+    if ray is not None:
+        return Identity(None, NAMED, ray.group(1), "its process title")
+    local = _LOCAL_RANK.search(text)
+    node, nproc = _NODE_RANK.search(text), _NPROC.search(text)
+    if local is not None and node is not None and nproc is not None:
+        rank = int(node.group(1)) * int(nproc.group(1)) + int(local.group(1))
+        said = " ".join(match.group(0).strip() for match in (node, nproc, local))
+        return Identity(rank, GLOBAL, said, "its command line")
+    if local is not None:
+        return Identity(int(local.group(1)), LOCAL, local.group(0).strip(), "its command line")
+    found = _RANK_ARG.search(text)
+    if found is not None:
+        return Identity(int(found.group(1)), GLOBAL, found.group(0).strip(), "its command line")
+    return None
+
+
+class JobShape(NamedTuple):
+    """What the evidence says of the job's shape, each with where it stands:
+    one node (a local rank is then global), one tensor-parallel group that
+    is the whole world (a TP rank is then global). Empty: not said."""
+
+    one_node: str = ""
+    one_group: str = ""
+
+
+# Lines by which a launcher or a server states the job's shape.
+ONE_NODE_MESSAGES = frozenset({"deepspeed-launch-nnodes", "deepspeed-launch-world-info"})
+ONE_GROUP_MESSAGES = frozenset({"sglang-launch-command", "sglang-server-args"})
+_TORCHRUN = lazy.regex(r"(?:^|[\s/])(?:torchrun|torch\.distributed\.(?:run|launch))(?:\s|$)")
+_STANDALONE = lazy.regex(r"(?:^|\s)--standalone(?!\S)")
+_ONE_NNODES = lazy.regex(r"(?:^|\s)--nnodes(?:=|\s+)1(?::1)?(?!\S)")
+
+
+def job_shape(hits, dumps) -> JobShape:
+    """Where the evidence says the job is one node: DeepSpeed's launcher
+    (`nnodes=1, num_local_procs=4, node_rank=0`, or a `WORLD INFO DICT`
+    of one host), a dumped torchrun / torch.distributed.launch process
+    started with `--standalone` or `--nnodes 1`, or every dump with a
+    local rank on one named host with distinct local ranks. And where it
+    says the tensor-parallel group is the whole world: SGLang's launch
+    command or server arguments without a pipeline or data-parallel size
+    above 1 (`sglang.yaml`)."""
+    node = group = ""
+    for hit in hits:
+        if not node and hit.id == "deepspeed-launch-nnodes" and hit.fact("count") == 1:
+            node = f"nnodes=1 in DeepSpeed's launcher log, {hit.evidence.cite()}"
+        elif not node and hit.id == "deepspeed-launch-world-info" and hit.fact("host"):
+            node = f"DeepSpeed's launcher lists one host, {hit.evidence.cite()}"
+        elif not group and hit.id in ONE_GROUP_MESSAGES:
+            group = f"a tensor-parallel size of {hit.fact('world_size')} and no other, {hit.evidence.cite()}"
+    for dump in dumps:
+        if node:
+            break
+        command = dump.command or ""
+        flag = _STANDALONE.search(command) or _ONE_NNODES.search(command)
+        if _TORCHRUN.search(command) and flag:
+            where = dump.evidence.cite() if dump.evidence else dump.path
+            node = f"the launcher was started with {flag.group(0).strip()}, {where}"
+    if not node:
+        hosts, locals_seen = set(), []
+        for dump in dumps:
+            hosts.add(dump.host)
+            found = process_identity(dump.command)
+            if found is not None and found.scope == LOCAL:
+                locals_seen.append(found.rank)
+        if (len(locals_seen) > 1 and len(hosts) == 1 and "" not in hosts
+                and len(set(locals_seen)) == len(locals_seen)):
+            node = f"every dump is of host {next(iter(hosts))}, with distinct local ranks"
+    return JobShape(node, group)
+
+
+def identity_rank(item, shape: JobShape | None) -> tuple[int | None, str]:
+    """The global rank `item`'s own identity gives, with the words a
+    diagnostic cites; (None, why not) when it gives none."""
+    found = process_identity(getattr(item, "command", ""))
+    if found is None:
+        return None, ""
+    if found.scope == NAMED:
+        return None, f"{found.where} ({found.said}) names no rank"
+    if found.scope == GLOBAL:
+        return found.rank, f"{found.where} {found.said}"
+    shape = shape or JobShape()
+    if found.scope == LOCAL:
+        if shape.one_node:
+            return found.rank, f"{found.where} {found.said}, on a one-node job ({shape.one_node})"
+        return None, (f"{found.where} says local rank {found.rank} ({found.said}), and nothing says the job is "
+                      f"one node, so its global rank is unknown")
+    if found.whole_world and shape.one_group:
+        return found.rank, (f"{found.where} {found.said}: tensor-parallel rank {found.rank} of a job whose "
+                            f"tensor-parallel group is the whole world ({shape.one_group})")
+    return None, (f"{found.where} ({found.said}) says rank {found.rank} of its tensor-parallel group; nothing says "
+                  f"that group is the whole job, so its global rank is unknown")
+
+
+# --------------------------------------------------------------------------
+# Processes that state their global rank and the world's size
+
+# Entries whose `world_size` is the job's, stated by a process or its launcher (a store
+# barrier's `world_size` is a group's being created, so it is not among them).
+WORLD_STATEMENTS = frozenset({"lightning-init-ddp", "lightning-init-distributed", "lightning-processes-registered",
+                              "deepspeed-launch-world-size", "sglang-launch-command", "sglang-server-args"})
+# Entries by which a process states its own global rank as it enters init_process_group.
+RANK_CLAIMS = frozenset({"lightning-init-ddp", "lightning-init-distributed"})
+
+
+def stated_worlds(hits) -> list[tuple[int, str]]:
+    """(world size, where it is stated) for each statement of the job's world."""
+    return [(size, f"{hit.evidence.cite()} states a world of {size}") for hit in hits
+            if hit.id in WORLD_STATEMENTS and isinstance(size := hit.fact("world_size"), int) and size > 0]
+
+
+def rank_claims(hits, world: World | None, ranks: dict, diagnostics: list[Diagnostic]) -> dict:
+    """Ranks to add to a stated world, as {rank: (why, evidence)}.
+
+    Each process states its global rank as it enters init_process_group
+    (`RANK_CLAIMS`). Two processes claiming one rank (its line printed twice
+    and some rank of the world by none) were launched with a wrong rank
+    setup: a warning names both. The ranks nobody claims are missing only
+    where the evidence says they never came: every rank seen is in its
+    init or rendezvous wait (its stack is in init_process_group, or its
+    claim is all that is known of it) and nothing says the rendezvous
+    completed. A rank known only from its claim is then added too, citing
+    its line."""
+    claims: dict[int, list] = defaultdict(list)
+    for hit in hits:
+        if hit.id in RANK_CLAIMS and isinstance(rank := hit.fact("rank"), int):
+            claims[rank].append(hit)
+    if not claims or world is None or any(hit.id == "lightning-processes-registered" for hit in hits):
+        return {}
+    claims = {r: h for r, h in claims.items() if not world.excludes(r)}
+    unclaimed = [r for r in range(world.size) if r not in claims and r not in ranks]
+    if not claims or not unclaimed or not plausible_world(world):
+        return {}
+    twice = {r: h for r, h in claims.items() if len(h) > 1}
+    if twice:
+        first = min(twice)
+        cited = ", ".join(h.evidence.cite() for h in twice[first][:2])
+        diagnostics.append(Diagnostic(
+            twice[first][0].evidence.path, twice[first][0].evidence.line,
+            f"rank {compact(sorted(twice))} {'is' if len(twice) == 1 else 'are each'} claimed by more than one "
+            f"process (rank {first}: {cited}) and rank {compact(unclaimed)} by none ({world.describe()}): "
+            f"the processes were launched with a wrong rank setup (node rank, number of nodes or devices per "
+            f"node), so init_process_group waits for ranks nobody takes", "warning"))
+    seen = set(ranks) | set(claims)
+    if any(r in ranks and not _in_init(ranks[r]) for r in seen):
+        return {}
+    doing = (f"rank {compact(sorted(twice))} {'is' if len(twice) == 1 else 'are each'} claimed twice"
+             if twice else f"rank {compact(sorted(seen))} {'waits' if len(seen) == 1 else 'wait'} in "
+                           f"init_process_group")
+    out = {r: (f"no process claims this rank ({world.describe()}; {doing}) and nothing shows it ever started",
+               None) for r in unclaimed}
+    for r, said in claims.items():
+        if r not in ranks:
+            out[r] = (f"known only from its own line as it entered init_process_group ({said[-1].evidence.cite()}"
+                      f"{f', and {len(said) - 1} more claiming rank {r}' if len(said) > 1 else ''})",
+                      said[-1].evidence)
+    return out
+
+
+def plausible_world(world: World) -> bool:
+    return 0 < world.size <= 16384
+
+
+def _in_init(state) -> bool:
+    op = state.current_op
+    return op is not None and op.op == "init" and op.state != "completed"

@@ -7,7 +7,8 @@ from dataclasses import replace
 from .. import model as m
 from ..model import Diagnostic, Evidence, Incident, ProcessGroup, StuckSignal
 from . import stacks
-from .attribution import STRONG, PidMap, World, attribute, outside_world, path_rank
+from .attribution import (STRONG, PidMap, World, attribute, job_shape, outside_world, path_rank, rank_claims,
+                          stated_worlds)
 from .facts import Facts
 from .records import groups_from_comms, infer_members, state_from_records
 
@@ -80,13 +81,16 @@ def merge(facts: list[Facts], artifacts: tuple = (), diagnostics=()) -> Incident
                 if signal is not None:
                     stuck.append(signal)
             previous_snapshot = item
-    placed, unattributed, learned = attribute(dumps, stated, diagnostics, world=world)
+    placed, unattributed, learned = attribute(dumps, stated, diagnostics, world=world,
+                                              shape=job_shape(messages.values(), dumps))
     for rank, rank_dumps in placed.items():
         ranks[rank] = _combine(ranks.get(rank), _state_from_dumps(rank, rank_dumps))
     if records or comm_members:
         _merge_records(records, comm_members, stated, learned, ranks, groups, diagnostics, world)
     if rings:
         _attach_rings(rings, groups)
+    for rank, (why, evidence) in rank_claims(messages.values(), world, ranks, diagnostics).items():
+        ranks[rank] = m.RankState(rank=rank, why=why, evidence=evidence)
     _keep_last_words(ranks, last_words, listed)
     _add_silent_ranks(ranks, groups, listed, world)
     if world is not None:
@@ -196,9 +200,11 @@ def _world_size(facts: list[Facts], diagnostics: list) -> World | None:
     """The job's world size where an artifact states it: the members of
     the default group (a Flight Recorder dump's pg_config, a snapshot, the
     launcher's `global_world_sizes` or a `WORLD_SIZE` the c10d log reader
-    found) or the largest NCCL communicator (NCCL's world, as the NCCL
-    reader takes it for its pid map). Sources that disagree: the largest
-    is used (a smaller one may be a subgroup's) and a diagnostic says so."""
+    found), a process's or its launcher's own statement (Lightning's
+    `MEMBER: M/W`, DeepSpeed's `dist_world_size`) or the largest NCCL
+    communicator (NCCL's world, as the NCCL reader takes it for its pid
+    map). Sources that disagree: the largest is used (a smaller one may be
+    a subgroup's) and a diagnostic says so."""
     stated: list[tuple[int, str]] = []
     highest: dict[int, int] = {}  # by id: 16,384 dumps share one member tuple of 16,384 ranks
     for item in facts:
@@ -208,6 +214,7 @@ def _world_size(facts: list[Facts], diagnostics: list) -> World | None:
                 if top is None:
                     top = highest[id(group.ranks)] = max(group.ranks)
                 stated.append((top + 1, f"the default group's members in {item.path}"))
+        stated.extend(stated_worlds(item.messages))
         sizes = [(size, evidence) for _, _, size, _, _, evidence in item.comm_members]
         if sizes:
             size, evidence = max(sizes, key=lambda pair: pair[0])
