@@ -77,7 +77,7 @@ def said(inc, needle):
     ("python train.py --local-rank 2 --lr 3e-4", 2, LOCAL),
     ("python train.py --local-rank=3", 3, LOCAL),
     ("python train.py --rank 5 --world-size 8", 5, GLOBAL),
-    ("python train.py --rank=0", 0, GLOBAL),
+    ("python main.py --dist-url tcp://10.1.1.20:23456 --dist-backend nccl --world-size 4 --rank=0", 0, GLOBAL),
     ("python train.py --node_rank=1 --nproc_per_node=4 --local_rank=2", 6, GLOBAL),
     ("python train.py --node-rank 2 --nproc-per-node 8 --local-rank 7", 23, GLOBAL),
     ("python train.py --node_rank=1 --local_rank=2", 2, LOCAL),  # no devices per node: still a local rank
@@ -101,6 +101,7 @@ def test_a_process_states_its_rank_in_its_command_line_or_title(command, rank, s
     "python train.py --ranking 3",
     "python train.py --local_rank_offset=3",
     "python train.py --lora_rank 8",
+    "python finetune.py --rank 16 --alpha 32",  # a LoRA rank: no other word of a distributed launch
     "python train.py --rank_of_lora=8",
     "/usr/bin/python3 -m torch.distributed.run --nnodes 1 --nproc_per_node 4 train.py",
     "",

@@ -260,6 +260,9 @@ _LOCAL_RANK = lazy.regex(r"(?:^|\s)--local[_-]rank(?:=|\s+)(\d{1,7})(?!\S)")
 _RANK_ARG = lazy.regex(r"(?:^|\s)--rank(?:=|\s+)(\d{1,7})(?!\S)")
 _NODE_RANK = lazy.regex(r"(?:^|\s)--node[_-]rank(?:=|\s+)(\d{1,7})(?!\S)")
 _NPROC = lazy.regex(r"(?:^|\s)--nproc[_-]per[_-]node(?:=|\s+)(\d{1,7})(?!\S)")
+# `--rank N` is a process's rank only beside the other words of a distributed launch (PyTorch's ImageNet
+# example: `--dist-url tcp://... --world-size 4 --rank 0`); alone it is as often a LoRA rank.
+_DISTRIBUTED_ARGS = lazy.regex(r"(?:^|\s)--(?:world[_-]size|dist[_-]url|init[_-]method|master[_-]addr|nnodes)(?:=|\s)")
 # SGLang: sglang::scheduler_TP1, _DP0_TP1, _DP0_PP1_TP2_EP0, _TP1_EP1_PP0 (the order moved between versions).
 _SGLANG = lazy.regex(r"^sglang::scheduler((?:_(?:DP|TP|PP|EP|NP)\d{1,5})*)\s*$")
 # vLLM: VLLM::Worker, VLLM::Worker_TP1, VLLM::Worker_DP0_PP1_TP0 (VLLM_PROCESS_NAME_PREFIX may replace VLLM).
@@ -303,7 +306,7 @@ def process_identity(command: str) -> Identity | None:
     if local is not None:
         return Identity(int(local.group(1)), LOCAL, local.group(0).strip(), "its command line")
     found = _RANK_ARG.search(text)
-    if found is not None:
+    if found is not None and _DISTRIBUTED_ARGS.search(text):
         return Identity(int(found.group(1)), GLOBAL, found.group(0).strip(), "its command line")
     return None
 
