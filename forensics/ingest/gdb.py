@@ -69,12 +69,14 @@ def sniff(path: str, head: bytes) -> bool:
 
 
 # A file that is gdb's `thread apply all bt` and nothing else (`wholedump`):
-# gdb's own lines as it prints them on attach and detach, thread headers,
-# `#N` frames and blank lines; quotes only where gdb puts them, never in a frame.
+# `#N` frames (no quote: a string argument may quote anything), and between
+# the threads only gdb's own lines as it prints them on attach and detach,
+# thread headers and blank lines. Frames are most of the lines: one search
+# finds a `#` line of another shape, and a quote count one in a frame.
+_WHOLE_DUMP_BAD_FRAME = lazy.regex(rb"\n#(?!\d+ )")
 _WHOLE_DUMP_BAD_LINE = lazy.regex(
     rb"(?m)^(?!(?:"
-    rb"#\d+ [^\n\"]*"
-    rb"|Thread \d+ \(Thread 0x[0-9a-fA-F]+ \(LWP \d+\)(?: \"[^\n\"]*\")?\):"
+    rb"Thread \d+ \(Thread 0x[0-9a-fA-F]+ \(LWP \d+\)(?: \"[^\n\"]*\")?\):"
     rb"|\[New LWP \d+\]"
     rb"|\[New Thread 0x[0-9a-fA-F]+ \(LWP \d+\)\]"
     rb"|\[Thread debugging using libthread_db enabled\]"
@@ -95,7 +97,12 @@ _WHOLE_DUMP_BAD_LINE = lazy.regex(
 def whole_dump(data: bytes) -> bool:
     """Whether `data`, a whole file without NUL, CR or escape bytes, is one
     gdb backtrace of all threads: a thread header, then only gdb's own lines."""
-    return b"(LWP " in data and _SNIFF_HEADER.search(data) is not None and _WHOLE_DUMP_BAD_LINE.search(data) is None
+    if b"(LWP " not in data or _SNIFF_HEADER.search(data) is None:
+        return False
+    if _WHOLE_DUMP_BAD_FRAME.search(b"\n" + data) is not None:
+        return False
+    between = b"\n".join([line for line in data.split(b"\n") if line[:1] != b"#"])
+    return between.count(b'"') == data.count(b'"') and _WHOLE_DUMP_BAD_LINE.search(between) is None
 
 
 def parse(path: str, display: str) -> Facts:

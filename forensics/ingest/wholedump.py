@@ -16,11 +16,10 @@ from . import gdb, pyspy
 
 MOST = 1 << 20  # a bigger file is not one process's dump of a few dozen threads: the full look
 # What another reader's lines hold and a dump's free text (a command line, a
-# frame's name) does not: a log prefix's "] ", an error, a traceback, a NCCL
-# line, a statement of the catalogue's kinds; and bytes a plain dump lacks.
-FOREIGN = (b"\x00", b"\r", b"\x1b", b"] ", b"NCCL ", b"Traceback", b"most recent call", b"Fatal Python", b"Error",
-           b"Exception", b"Watchdog caught", b"Timed out", b"Root Cause", b"Detected mismatch",
-           b"monitoredBarrier", b"Warning", b"WARN", b"ERROR", b"pid=", b"[rank", b"[default")
+# frame's name or arguments) does not: a log prefix's "] ", a NCCL line, an
+# error or a traceback; and bytes a plain dump lacks. (Every other line shape
+# a reader claims starts a line, which a dump's own shapes exclude.)
+FOREIGN = (b"\x00", b"\r", b"\x1b", b"] ", b"NCCL ", b"Traceback", b"Error", b"Exception", b"Timed out")
 
 
 def applies(plugins) -> bool:
