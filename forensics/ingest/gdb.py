@@ -28,6 +28,7 @@ from ..model import Evidence, Frame, ProcessDump, ThreadStack
 from .facts import Facts
 from .grammar import parser
 from .textio import ANSI_COLOUR, InputError, looks_binary, read_bytes
+from .workers import SharedTuple
 
 KIND = "gdb"
 SOURCE = "gdb"
@@ -417,7 +418,8 @@ def _parse_block(masked: bytes) -> _Block:
             problems.append((at, "unrecognized line"))
         elif record.kind not in ("note", "noise"):
             problems.append((at, f"unexpected {record.kind} line inside a thread"))
-    return _Block(tuple(frames), tuple(problems))
+    # one object for every dump that shows this block: a worker sends it to the parent once
+    return _Block(SharedTuple(frames), tuple(problems))
 
 
 def _continues(frame_text: str, line: str) -> bool:

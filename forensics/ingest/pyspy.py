@@ -48,6 +48,7 @@ from . import jsonwalk
 from .facts import Facts
 from .grammar import parser
 from .textio import ANSI_COLOUR, InputError, has_nul, read_text, uncoloured
+from .workers import SharedTuple
 
 KIND = "py-spy"
 KIND_JSON = "py-spy-json"
@@ -333,7 +334,8 @@ class _Block:
             frames.append(_build_frame(parts))
             if slots[index]:
                 refill.append((index, _frame_recipe(parts, iter(slots[index]))))
-        self.frames = tuple(frames)
+        # one object for every dump that shows this block: a worker sends it to the parent once
+        self.frames = SharedTuple(frames)
         self.refill = tuple(refill)
         self.rank = _rank_in_frames(reversed(self.frames))
 
