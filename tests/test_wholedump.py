@@ -29,14 +29,15 @@ def _files(*folders):
 
 def test_every_file_the_shortcut_takes_gets_the_kinds_the_full_look_gives():
     plugins = Plugins(autoload=False)
-    taken = 0
+    taken: dict[str, int] = {}
     for path in _files("corpus", "tests/fixtures"):
         kind = wholedump.kind_of(path)
         if kind is None:
             continue
-        taken += 1
+        taken[kind] = taken.get(kind, 0) + 1
         assert sniff(path, path, plugins) == ([kind], "", False), path
-    assert taken >= 100  # the corpus's plain py-spy and gdb dumps: the check compared something
+    # the corpus's plain py-spy and gdb dumps and its pickled Flight Recorder dumps: the check compared something
+    assert taken.get("py-spy", 0) >= 50 and taken.get("gdb", 0) >= 20 and taken.get("flight-recorder", 0) >= 20
 
 
 @pytest.mark.parametrize("template, kind", [(PYSPY, "py-spy"), (GDB, "gdb")])
@@ -69,6 +70,16 @@ def test_a_dump_with_a_quoted_frame_argument_gets_the_full_look(tmp_path):
     path = tmp_path / "rank0.gdb.txt"
     path.write_bytes(quoted)
     assert wholedump.kind_of(str(path)) is None
+
+
+def test_a_pickle_the_flight_recorder_reader_does_not_claim_gets_the_full_look(tmp_path):
+    import pickle  # writing one here; nothing in forensics unpickles
+
+    path = tmp_path / "rank0.bin"
+    path.write_bytes(pickle.dumps({"weights": [0.5] * 100}, protocol=2))
+    assert wholedump.kind_of(str(path)) is None
+    fr = next(p for p in _files("corpus") if os.path.basename(p).startswith("nccl_trace_rank_"))
+    assert wholedump.kind_of(fr) == "flight-recorder"
 
 
 class OwnSniffer:
