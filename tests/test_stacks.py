@@ -173,3 +173,15 @@ def test_frameworks_own_collective_helpers_are_waits_in_that_collective():
     # the same names elsewhere say nothing of a collective
     other = stacks.classify(dump([py("wait", "deepspeed/runtime/pipe/engine.py", 100)] + TRAIN))
     assert other.activity != m.BLOCKED
+
+
+def test_zero3_fetch_and_the_checkpoint_tag_check_are_collectives_and_gradscaler_waits_for_the_device():
+    fetch = dump([py("synchronize", "torch/cuda/streams.py", 224),
+                  py("fetch_sub_module", "deepspeed/runtime/zero/partitioned_param_coordinator.py", 331)] + TRAIN)
+    assert stacks.comm_op(stacks.classify(fetch)).op == "all_gather"
+    tag = dump([py("_checkpoint_tag_validation", "/home/u/DeepSpeed/deepspeed/runtime/engine.py", 1456),
+                py("save_checkpoint", "deepspeed/runtime/engine.py", 1520)] + TRAIN)
+    assert stacks.comm_op(stacks.classify(tag)).op == "all_reduce"
+    scaler = dump([py("_maybe_opt_step", "torch/cuda/amp/grad_scaler.py", 350),
+                   py("step", "torch/cuda/amp/grad_scaler.py", 416)] + TRAIN)
+    assert stacks.classify(scaler).activity == m.DEVICE_WAIT

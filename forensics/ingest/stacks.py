@@ -63,6 +63,9 @@ _FRAMEWORK_COMM = (
     ("deepspeed/runtime/zero/partition_parameters.py", {"wait"}, "all_gather"),  # ZeRO-3 gather handles
     ("deepspeed/runtime/zero/stage_1_and_2.py", {"has_overflow"}, "all_reduce"),
     ("deepspeed/runtime/zero/stage3.py", {"has_overflow"}, "all_reduce"),
+    ("deepspeed/runtime/zero/stage2.py", {"has_overflow"}, "all_reduce"),  # before 0.5: stage_1_and_2.py
+    ("deepspeed/runtime/zero/partitioned_param_coordinator.py", {"fetch_sub_module"}, "all_gather"),
+    ("deepspeed/runtime/engine.py", {"_checkpoint_tag_validation"}, "all_reduce"),  # the tag's min and max
     ("fairseq/distributed/utils.py", {"all_reduce_dict", "_all_reduce_dict", "all_reduce"}, "all_reduce"),
     ("fairseq/distributed/utils.py", {"all_gather_list"}, "all_gather"),
     ("pytorch_lightning/utilities/distributed.py", {"gather_all_tensors"}, "all_gather"),
@@ -362,6 +365,8 @@ def _python_kind(frame: Frame) -> tuple[str, str] | None:
         return _IO, ""
     if bare == "synchronize" and "torch/cuda/" in file:
         return _SYNC, ""
+    if bare == "_maybe_opt_step" and file.endswith("grad_scaler.py") and "torch/" in file:
+        return _SYNC, ""  # GradScaler's inf check: .item() on found_inf, a wait for the device
     if _SLEEP.search(frame.function):
         return _NAP, ""
     if file.endswith(_PY_WAIT_FILES):

@@ -1,5 +1,5 @@
 """call-site-mismatch: the ranks of a stuck job wait in the same collective,
-but reached it from different places of the job's own code. Each blocking
+but reached it from different places of the job's code (or its frameworks'). Each blocking
 collective pairs the n-th call of every member; members that came from
 different code paths are pairing calls that were never meant to meet (a ZeRO-3
 gather of the generation step against one of the teacher's forward, an
@@ -31,18 +31,19 @@ HINT_ZH = ("比较两条代码路径：每个 Rank 必须以相同顺序到达�
            "提前结束）。")
 
 _FRAME = re.compile(r"^(?P<function>.+?) \((?P<file>[^()]*?)(?::\d+)?\)$")
-# Top-level packages whose frames are not the job's own code (py-spy prints files relative to site-packages).
-_LIBRARIES = frozenset({
-    "torch", "deepspeed", "transformers", "accelerate", "lightning", "pytorch_lightning", "lightning_fabric",
-    "torchmetrics", "fairscale", "apex", "megatron", "vllm", "sglang", "mmcv", "mmengine", "peft", "trl",
-    "datasets", "tokenizers", "numpy", "threading.py", "contextlib.py", "functools.py", "runpy.py", "<frozen",
-})
+# Frames that say nothing of which code path a call came from: torch's own machinery (module calls,
+# hooks, the collective's wrappers), Python's, and decorators that only wrap.
+_PLUMBING_ROOTS = ("torch/", "threading.py", "contextlib.py", "functools.py", "runpy.py", "<frozen")
+_WRAPPERS = frozenset({"wrapped_fn", "wrapper", "decorate_context", "_call_impl", "_wrapped_call_impl", "inner"})
 _RANK0_ONLY = re.compile(r"(?:^|_)(?:eval\w*|valid\w*|save\w*|checkpoint\w*|ckpt\w*|log|logging|log_\w+|metrics?"
                          r"|print\w*|report\w*|export\w*|dump\w*|summar\w*)(?:_|$)", re.IGNORECASE)
 
 
 def _own_path(stack: tuple[str, ...]) -> tuple[str, ...]:
-    """The functions of the job's own frames, outermost first."""
+    """`file:function` of the frames that tell a code path apart, outermost
+    first: the job's and its frameworks' (Trainer, DeepSpeed, PEFT, ...)
+    Python frames, without torch's machinery and mere wrappers. Lines are left
+    out: other lines of the same functions are the same path."""
     out = []
     for label in stack:
         found = _FRAME.match(label)
@@ -51,13 +52,19 @@ def _own_path(stack: tuple[str, ...]) -> tuple[str, ...]:
         file = found["file"].lstrip("/")
         if not file.endswith(".py"):
             continue  # a native frame: gdb's, or py-spy --native's
-        if "site-packages/" in file or "dist-packages/" in file or "/lib/python" in file:
+        for marker in ("site-packages/", "dist-packages/"):
+            if marker in file:
+                file = file.split(marker, 1)[1]
+        if file.startswith(_PLUMBING_ROOTS) or "/lib/python" in file or found["function"] in _WRAPPERS:
             continue
-        root = file.split("/", 1)[0]
-        if root in _LIBRARIES or root.startswith("<frozen") or file.startswith(("torch/", "python3")):
-            continue
-        out.append(found["function"])
+        step = f"{file}:{found['function']}"
+        if not out or out[-1] != step:
+            out.append(step)
     return tuple(out)
+
+
+def _function(step: str) -> str:
+    return step.rsplit(":", 1)[-1]
 
 
 @hookimpl
@@ -97,11 +104,12 @@ def _finding(incident, group: str, op: str, classes: dict) -> Finding | None:
                f"rank {compact(odd)} from another")
         why_zh = f"{sum(len(r) for _, r in ordered)} 个 Rank 中有 {largest} 个从同一代码路径到达 {op}；Rank {compact(odd)} 来自另一条"
     else:
-        rank0 = [path for path, ranks in ordered if ranks == [0] and any(_RANK0_ONLY.search(f) for f in path)]
+        rank0 = [path for path, ranks in ordered if ranks == [0] and any(_RANK0_ONLY.search(_function(f)) for f in path)]
         if rank0:
             odd, level = [0], "medium"
-            why = f"rank 0 alone reaches {op} from a path only rank 0 usually takes ({' → '.join(rank0[0][-2:])})"
-            why_zh = f"只有 Rank 0 从通常只有 rank 0 会走的路径到达 {op}（{' → '.join(rank0[0][-2:])}）"
+            named = next(_function(f) for f in reversed(rank0[0]) if _RANK0_ONLY.search(_function(f)))
+            why = f"rank 0 alone reaches {op} from a path only rank 0 usually takes ({named})"
+            why_zh = f"只有 Rank 0 从通常只有 rank 0 会走的路径到达 {op}（{named}）"
         else:
             odd, level = sorted(r for _, ranks in ordered for r in ranks), "low"
             why = f"the ranks reach {op} from code paths of equal weight: which side is odd is not told"
@@ -109,7 +117,8 @@ def _finding(incident, group: str, op: str, classes: dict) -> Finding | None:
     if unknown_group:
         why += "; the group of the call is not known (its members may differ)"
         why_zh += "；该调用所在的通信组未知（成员可能不同）"
-    paths = "; ".join(f"rank {compact(ranks)}: {' → '.join(path[-3:])}" for path, ranks in ordered[:4])
+    paths = "; ".join(f"rank {compact(ranks)}: {' → '.join(_function(f) for f in _apart(path, ordered)[-3:])}"
+                      for path, ranks in ordered[:4])
     where = "an unknown group" if unknown_group else f"group {group}"
     evidence = tuple(incident.ranks[r].evidence for r in odd[:8] if incident.ranks[r].evidence)
     evidence += tuple(incident.ranks[r].evidence for _, ranks in ordered[:1] for r in ranks[:2]
@@ -124,6 +133,16 @@ def _finding(incident, group: str, op: str, classes: dict) -> Finding | None:
         confidence=level, confidence_reason=why, confidence_reason_zh=why_zh)
 
 
+def _apart(path: tuple[str, ...], ordered) -> tuple[str, ...]:
+    """`path` up to where it parts from the other classes' paths (three steps past the common start)."""
+    common = 0
+    for steps in zip(*(p for p, _ in ordered)):
+        if len(set(steps)) > 1:
+            break
+        common += 1
+    return path[:common + 3]
+
+
 RULES = (RuleDoc(
     ID, "Same collective, different code paths", "同一集合通信，不同代码路径", "error",
     "In a job judged stuck, the members of a group wait in the same collective (stack dumps, no sequence "
@@ -131,12 +150,13 @@ RULES = (RuleDoc(
     "pairs each member's n-th call, so calls from different places are pairing calls that were never meant "
     "to meet. The ranks outside the largest class of code paths are named; two classes of equal size name "
     "both, unless one is rank 0 alone on a path only rank 0 usually takes (evaluation, saving, logging). "
-    "Frames of libraries (torch, DeepSpeed, transformers, Lightning, ...) are not the job's code and are "
-    "not compared.",
+    "A path is the functions of the job's and its frameworks' frames (Trainer, DeepSpeed, PEFT, ...), "
+    "without torch's own machinery and mere wrappers; other lines of the same functions are the same path.",
     "在被判定为卡住的作业中，同一通信组的成员在同一个集合通信中等待（栈 dump，没有序号），但其中一些从作业自身代码的"
     "其他函数到达：集合通信按各成员的第 n 次调用配对，来自不同位置的调用是在配对本不该相遇的调用。点名不在最大代码路径类中的 "
     "Rank；两类大小相同时两边都点名，除非其中一类是单独走在通常只有 rank 0 才走的路径（评估、保存、日志）上的 rank 0。"
-    "库（torch、DeepSpeed、transformers、Lightning 等）的栈帧不属于作业自身代码，不参与比较。",
+    "路径由作业及其框架（Trainer、DeepSpeed、PEFT 等）栈帧的函数组成，不含 torch 自身的机制和单纯的包装函数；"
+    "同一函数的不同行属于同一路径。",
     HINT, HINT_ZH, kinds=(KIND,), source=__name__),)
 
 
