@@ -64,3 +64,14 @@ def test_two_sides_with_nothing_to_tell_them_apart_are_both_named(tmp_path):
     report = analyze(tmp_path, {0: TEACHER, 1: ROLLOUT}, "--hung")
     assert report["verdict"] == "collective_mismatch" and report["culprit_ranks"] == [0, 1]
     assert report["confidence"]["level"] == "low"
+
+
+def test_a_save_path_inside_the_frameworks_frames_tells_rank_0_apart(tmp_path):
+    # the job's own frames are the same on every rank (main → train); the Trainer's frames part ways
+    common = ["train (transformers/trainer.py:1780)", "main (run_clm.py:612)", "<module> (run_clm.py:626)"]
+    save = ["forward (peft/tuners/prompt_tuning/model.py:88)", "save_pretrained (peft/peft_model.py:249)",
+            "_save_checkpoint (transformers/trainer.py:2543)", "_inner_training_loop (transformers/trainer.py:2178)"]
+    step = ["forward (transformers/models/llama/modeling_llama.py:740)", "training_step (transformers/trainer.py:3238)",
+            "_inner_training_loop (transformers/trainer.py:2122)"]
+    report = analyze(tmp_path, {0: save + common, 1: step + common, 2: step + common}, "--hung")
+    assert report["verdict"] == "collective_mismatch" and report["culprit_ranks"] == [0]
