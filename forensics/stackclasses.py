@@ -104,12 +104,13 @@ def to_json(node: StackNode) -> list[dict]:
 
 def group_dumps(dumps) -> list:
     """Dumps no rank could be attributed to, grouped by where their main
-    thread is: [(classification, [dumps])], largest group first."""
-    from .ingest.stacks import classify, python_stack
+    thread is as the report tells it (what it does, in which call, where):
+    [(classification, [dumps])], largest group first."""
+    from .ingest.stacks import classify
 
     groups: dict = {}
     for dump in dumps:
         judged = classify(dump)
-        key = (judged.activity, judged.op, python_stack(dump))
+        key = (judged.activity, judged.op, judged.why)
         groups.setdefault(key, (judged, []))[1].append(dump)
     return sorted(groups.values(), key=lambda g: -len(g[1]))

@@ -73,6 +73,54 @@ def _json_reports_follow_the_schema():
                     + "\n  ".join(problems), pytrace=False)
 
 
+_CORPUS_REPORTS: dict = {}
+
+
+def corpus_report(incident: str):
+    """The report of a corpus incident as `forensics replay` makes it (its
+    expected.yaml's args, SOURCE.md and expected.yaml left out), analyzed once
+    per test session and shared by the corpus-wide tests; the InputError
+    instead where nothing in it can be read."""
+    if incident not in _CORPUS_REPORTS:
+        import yaml
+
+        import forensics
+        from forensics.ingest.textio import InputError
+        from forensics.plugins import Plugins
+        from forensics.replay import METADATA
+
+        expected = yaml.safe_load((CORPUS / incident / "expected.yaml").read_text(encoding="utf-8"))
+        try:
+            _CORPUS_REPORTS[incident] = forensics.analyze(
+                CORPUS / incident, jobs=1, plugins=Plugins(autoload=False), exclude=METADATA,
+                hung=bool((expected.get("args") or {}).get("hung")))
+        except InputError as exc:
+            _CORPUS_REPORTS[incident] = exc
+    return _CORPUS_REPORTS[incident]
+
+
+# What a test needs, as markers (pyproject.toml lists them): `-m "not slow"` is the quick loop, and CI
+# runs every test. A test that starts a torch job, a browser or a live component is slow by nature.
+_NEEDS = {"job_factory": ("needs_torch", "live"), "redis_server": ("live",), "browser": ("browser",)}
+_LIVE_MODULES = {"test_cluster", "test_watch", "test_collect", "test_progress_position", "test_spawn"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        names = set()
+        for fixture in getattr(item, "fixturenames", ()):
+            names.update(_NEEDS.get(fixture, ()))
+        if any(mark.name == "skipif" and "torch" in str(mark.kwargs.get("reason", "")).lower()
+               for mark in item.iter_markers()):
+            names.add("needs_torch")
+        if item.module.__name__ in _LIVE_MODULES:
+            names.add("live")
+        if names:
+            names.add("slow")
+        for name in sorted(names):
+            item.add_marker(getattr(pytest.mark, name))
+
+
 _SYSTEM_PACKAGES = ("chromium", "slurm", "munge", "redis-server")
 
 

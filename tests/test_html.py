@@ -328,7 +328,9 @@ def test_the_rank_table_gives_each_rank_its_last_log_line_and_progress(deadlock,
     row = re.search(r'<tr id="rank-0"[^>]*>(.*?)(?=<tr|</table>)', text).group(1)
     last = deadlock.notes[0].last_line
     assert html.escape(last.text.strip()[:40]) in row and f">{last.cite()}</a>" in row
-    assert "<td>—" in row  # no line of rank 0 dates a completed call
+    # its last progress: the last step its own console printed (rank0.stdout.log), with no time of its own
+    progress = deadlock.notes[0].progress_line
+    assert progress.path == "rank0.stdout.log" and f">{progress.cite()}</a>" in row
     wide = html.render(ranks_64)
     row = re.search(r'<tr id="rank-5"[^>]*>(.*?)(?=<tr|</table>)', wide).group(1)
     assert "Watchdog caught collective operation timeout" in row

@@ -6,15 +6,10 @@ classes`; the Markdown timeline is a table, not list items."""
 import re
 
 import pytest
-import yaml
 
-import forensics
-from forensics.ingest.textio import InputError
-from forensics.plugins import Plugins
-from forensics.replay import METADATA
 from forensics.report import markdown, text
 
-from conftest import CORPUS
+from conftest import CORPUS, corpus_report
 
 INCIDENTS = sorted(p.name for p in CORPUS.iterdir() if (p / "expected.yaml").is_file())
 
@@ -28,23 +23,14 @@ STUTTER = re.compile(r"(?<![\w'])([^:\n]{6,80}?): \1(?![\w'])")
 PLURAL = re.compile(r"(?<![\d,.])1 (?:classes|ranks|files|dumps|frames)\b"
                     r"|(?<![\d,.])(?:0|[2-9]|\d{2,}) (?:class|file|dump)\b(?!s|\()")
 
-_reports = {}
-
 
 def report(incident):
-    """Each incident analyzed once for the whole module; None when nothing in it is readable
-    (tests/test_narrative_golden.py holds such an incident to being a known miss)."""
-    if incident not in _reports:
-        expected = yaml.safe_load((CORPUS / incident / "expected.yaml").read_text())
-        try:
-            _reports[incident] = forensics.analyze(
-                CORPUS / incident, hung=bool((expected.get("args") or {}).get("hung")), jobs=1,
-                plugins=Plugins(autoload=False), exclude=METADATA)
-        except InputError:
-            _reports[incident] = None
-    if _reports[incident] is None:
+    """The incident's report, shared by the session's corpus-wide tests; skipped when nothing in it is
+    readable (tests/test_narrative_golden.py holds such an incident to being a known miss)."""
+    found = corpus_report(incident)
+    if isinstance(found, Exception):
         pytest.skip("no report: nothing in the incident is readable")
-    return _reports[incident]
+    return found
 
 
 def prose(report, lang) -> list[str]:

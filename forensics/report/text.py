@@ -41,7 +41,7 @@ WORDS = {
         "rank {rank} (waits for rank {root}), pid {pid}", "not_dumped": "not dumped: {why}",
         "more_frames": "… {n} more frames", "more_threads": "… {n} more threads (the file holds every one)",
         "last_printed": "Last printed (each rank's own console):", "progress": "last progress",
-        "this_line": "this line",
+        "this_line": "its last progress line",
         "stacks": "Stack classes (main thread, {ranks}, {classes}):",
         "unattributed": "Dumps not attributed to a rank ({n}):", "dumps": "{dumps} {where}{more}: {what}",
         "and_more": " and {n} more",
@@ -69,7 +69,7 @@ WORDS = {
         "Rank {rank}（等待 Rank {root}），pid {pid}", "not_dumped": "未抓取：{why}",
         "more_frames": "… 另有 {n} 帧", "more_threads": "… 另有 {n} 个线程（文件中有全部线程）",
         "last_printed": "最后输出（各 Rank 自己的控制台）:", "progress": "最近进展",
-        "this_line": "即上一行",
+        "this_line": "即其最近一条进展行",
         "stacks": "调用栈归类（主线程，{ranks}，{classes}）:",
         "unattributed": "无法归属 Rank 的栈转储 ({n}):", "dumps": "{dumps} {where}{more}: {what}",
         "and_more": " 等另 {n} 个",
@@ -553,17 +553,19 @@ def _last_printed(rank: int, state, note, words) -> list:
 
     out = []
     label = f"  rank {rank}: "
+    line = state.last_progress
+    at = note.last_progress if note is not None and line is not None else None
+    stamp = f" ({when(Event(at, 'wall', '', '', line))})" if at is not None else ""
     if state.last_words:
         last = state.last_words[-1]
-        out.append(Line(f"{label}{_quoted(last.text)}  [{last.cite()}]", "why"))
+        # the last line is the last progress line: said on that line, not as a sentence of its own
+        same = f" — {words['this_line']}{stamp}" if line is not None and line == last else ""
+        out.append(Line(f"{label}{_quoted(last.text)}  [{last.cite()}]{same}", "why"))
         label = " " * len(label)
-    line = state.last_progress
+        if same:
+            return out
     if line is not None:
-        at = note.last_progress if note is not None else None
-        stamp = f" ({when(Event(at, 'wall', '', '', line))})" if at is not None else ""
-        shown = words["this_line"] if state.last_words and line == state.last_words[-1] else (
-            f"{_quoted(line.text)}  [{line.cite()}]")
-        out.append(Line(f"{label}{words['progress']}{stamp}: {shown}", "why"))
+        out.append(Line(f"{label}{words['progress']}{stamp}: {_quoted(line.text)}  [{line.cite()}]", "why"))
     return out
 
 
