@@ -42,6 +42,7 @@ RULE_PLUGINS = (
     "forensics.rules.stream_waits",
     "forensics.rules.collective_mismatch",
     "forensics.rules.call_site_mismatch",
+    "forensics.rules.elsewhere_while_device_waits",
     "forensics.rules.wait_cycle",
     "forensics.rules.dead_rank",
     "forensics.rules.missing_rank",
