@@ -16,7 +16,7 @@ OLD_TIMEOUT = ("[E ProcessGroupNCCL.cpp:474] [Rank 1] Watchdog caught collective
 
 def analyze(tmp_path, files: dict[str, str]) -> dict:
     folder = tmp_path / "logs"
-    folder.mkdir()
+    folder.mkdir(parents=True)
     for name, text in files.items():
         (folder / name).write_text(text, encoding="utf-8")
     out = tmp_path / "report.json"
@@ -90,3 +90,18 @@ def test_the_older_detail_check_names_the_rank_whose_op_is_the_minoritys(tmp_pat
 def test_the_older_detail_check_of_one_rank_alone_is_a_mismatch_without_a_side(tmp_path):
     report = analyze(tmp_path, {"train.log": FINGERPRINT.format(rank=0, op="BROADCAST")})
     assert report["verdict"] == "collective_mismatch" and report["confidence"]["level"] == "low"
+
+
+def test_a_peer_that_reports_its_own_connect_failing_is_not_dead(tmp_path):
+    # gpu101 cannot reach gpu100 (no route) and closes its side; gpu100 then sees gpu101 close: a network fault
+    connect = ("gpu101:{pid}:{tid} [{dev}] misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to "
+               "172.17.8.100<{port}> failed : No route to host\n")
+    closed = "gpu100:{pid}:{tid} [{dev}] misc/socket.cc:49 NCCL WARN socketProgress: Connection closed by remote peer gpu101<{port}>\n"
+    lines = "".join(connect.format(pid=18877 + d, tid=19057 + d, dev=d, port=34836 + d) for d in range(2))
+    lines += "".join(closed.format(pid=30412 + d, tid=30593 + d, dev=d, port=50417 + d) for d in range(2))
+    report = analyze(tmp_path, {"console.log": lines})
+    assert report["verdict"] == "network_fault"
+    # without the connect failures, the same closed connections say the peer went away
+    gone = analyze(tmp_path / "gone", {"console.log": "".join(closed.format(pid=30412 + d, tid=30593 + d, dev=d,
+                                                                             port=50417 + d) for d in range(2))})
+    assert gone["verdict"] == "dead_rank"

@@ -393,6 +393,10 @@ def _peer_gone(incident, hits, book: AddressBook) -> list[Finding]:
     gone = [(h, e) for h, e in hits if _names_a_gone_peer(h, e)]
     if not gone:
         return []
+    # A peer whose own processes state a transport failure (a connect that found no route) was alive and
+    # closed its side because of it: its closed connections are the network fault's knock-on, not a death.
+    failing = {h.host for h, e in hits if e.cause == "network_fault" and not e.knock_on and h.host}
+    failing |= {h.rank for h, e in hits if e.cause == "network_fault" and not e.knock_on and h.rank is not None}
     by_peer: dict[tuple, list] = defaultdict(list)
     for hit, entry in gone:
         if hit.fact("peer_rank") is not None:
@@ -400,7 +404,11 @@ def _peer_gone(incident, hits, book: AddressBook) -> list[Finding]:
         else:
             culprit = book.culprit(addr=hit.fact("peer_addr", ""), host=hit.fact("peer_host", ""))
         key = (culprit.rank,) if culprit.rank is not None else (address_host(culprit.addr) or culprit.host,)
+        if key[0] in failing or (culprit.host and culprit.host in failing):
+            continue
         by_peer[key].append((hit, entry, culprit))
+    if not by_peer:
+        return []
     # The peer most reporters name, first; each distinct peer is a culprit only
     # when no other peer is named by more processes.
     ranked = sorted(by_peer.values(), key=lambda g: (-len({_printer(h) for h, _, _ in g}), g[0][0].evidence.line))
