@@ -379,3 +379,24 @@ def test_the_rule_is_documented_in_both_languages():
     assert doc.id == rule.ID and doc.kinds == ("collective_mismatch",) and doc.severity == "error"
     assert "What it detects" in doc.explanation and "confidence" in doc.explanation
     assert any("\u4e00" <= ch <= "\u9fff" for ch in doc.title_zh + doc.explanation_zh + doc.hint_zh)
+
+
+def test_two_sides_of_a_communicator_mismatch_rank_0_on_its_evaluation_path_is_the_odd_one(tmp_path):
+    # NCCL INFO lines of two processes: ten all-reduces alike, then AllGather against AllReduce at one opCount;
+    # their py-spy dumps (named by rank, with the pids of the NCCL lines) show rank 0 in its evaluation
+    coll = ("dgx-a03:{pid}:{tid} [{dev}] NCCL INFO {op}: opCount {n:x} sendbuff 0x7f1a4e000000 recvbuff "
+            "0x7f1a4e000000 count {count} datatype 6 op 0 root 0 comm 0x55f3c1d2e4a{dev} [nranks=2] stream 0x55f3\n")
+    lines = []
+    for n in range(0x3e9, 0x3f3):
+        lines += [coll.format(pid=71408 + d, tid=72019 + d, dev=d, op="AllReduce", n=n, count=6553600 - n)
+                  for d in range(2)]
+    lines += [coll.format(pid=71408, tid=72019, dev=0, op="AllGather", n=0x3f3, count=1024),
+              coll.format(pid=71409, tid=72020, dev=1, op="AllReduce", n=0x3f3, count=1024)]
+    (tmp_path / "nccl.log").write_text("".join(lines))
+    for rank, frames in ((0, "    evaluate (train.py:214)\n    main (train.py:301)\n"),
+                         (1, "    main (train.py:286)\n    <module> (train.py:342)\n")):
+        (tmp_path / f"rank{rank}.pyspy.txt").write_text(
+            f"Process {71408 + rank}: python train.py\nPython v3.10.12 (/usr/bin/python3)\n\n"
+            f'Thread {71408 + rank} (active+gil): "MainThread"\n{frames}')
+    report = analyze(tmp_path, hung=True, jobs=1, plugins=Plugins(autoload=False))
+    assert report.verdict == "collective_mismatch" and report.culprit_ranks == [0]

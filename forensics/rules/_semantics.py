@@ -3,6 +3,8 @@ that turn rank states into wait-for edges."""
 
 from __future__ import annotations
 
+import re
+
 from ..model import CommOp, Incident, RankState, group_id
 
 
@@ -107,3 +109,35 @@ def describe_op(op: CommOp | None, groups=None) -> str:
     if op.seq is not None:
         parts.append(f"seq {op.seq}")
     return " ".join(parts)
+
+
+# Functions only rank 0 usually runs: evaluation, saving, logging, reporting.
+RANK0_ONLY = re.compile(r"(?:^|_)(?:eval\w*|valid\w*|save\w*|checkpoint\w*|ckpt\w*|log|logging|log_\w+|metrics?"
+                        r"|print\w*|report\w*|export\w*|dump\w*|summar\w*)(?:_|$)", re.IGNORECASE)
+_FRAME_FUNCTION = re.compile(r"^(.+?) \([^()]*\)$")
+
+
+def on_rank0_only_path(state: RankState | None) -> str | None:
+    """The function of `state`'s stack (its own or its frameworks' Python
+    frames, not torch's) whose name says only rank 0 usually runs it, or None."""
+    if state is None:
+        return None
+    for label in reversed(state.stack):  # innermost of the outer frames first
+        found = _FRAME_FUNCTION.match(label)
+        if found is None or "(torch/" in label or ".py" not in label:
+            continue
+        if RANK0_ONLY.search(found.group(1)):
+            return found.group(1)
+    return None
+
+
+def odd_side_of_two(incident: Incident, sides: list[int]) -> int | None:
+    """Of two ranks that disagree with nothing else to tell them apart, rank 0
+    when it alone is on a path only rank 0 usually takes (an evaluation, a
+    save, logging in its stack); else None."""
+    if len(sides) != 2 or 0 not in sides:
+        return None
+    other = next(r for r in sides if r != 0)
+    if on_rank0_only_path(incident.ranks.get(0)) and not on_rank0_only_path(incident.ranks.get(other)):
+        return 0
+    return None

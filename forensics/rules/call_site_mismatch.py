@@ -20,6 +20,7 @@ from ..hookspecs import hookimpl
 from ..model import UNIDENTIFIED_GROUP, Finding, group_id
 from ..ranges import compact
 from ..ruledocs import RuleDoc
+from ._semantics import RANK0_ONLY
 
 ID = "call-site-mismatch"
 KIND = "collective_mismatch"
@@ -35,8 +36,6 @@ _FRAME = re.compile(r"^(?P<function>.+?) \((?P<file>[^()]*?)(?::\d+)?\)$")
 # hooks, the collective's wrappers), Python's, and decorators that only wrap.
 _PLUMBING_ROOTS = ("torch/", "threading.py", "contextlib.py", "functools.py", "runpy.py", "<frozen")
 _WRAPPERS = frozenset({"wrapped_fn", "wrapper", "decorate_context", "_call_impl", "_wrapped_call_impl", "inner"})
-_RANK0_ONLY = re.compile(r"(?:^|_)(?:eval\w*|valid\w*|save\w*|checkpoint\w*|ckpt\w*|log|logging|log_\w+|metrics?"
-                         r"|print\w*|report\w*|export\w*|dump\w*|summar\w*)(?:_|$)", re.IGNORECASE)
 
 
 def _own_path(stack: tuple[str, ...]) -> tuple[str, ...]:
@@ -104,10 +103,10 @@ def _finding(incident, group: str, op: str, classes: dict) -> Finding | None:
                f"rank {compact(odd)} from another")
         why_zh = f"{sum(len(r) for _, r in ordered)} 个 Rank 中有 {largest} 个从同一代码路径到达 {op}；Rank {compact(odd)} 来自另一条"
     else:
-        rank0 = [path for path, ranks in ordered if ranks == [0] and any(_RANK0_ONLY.search(_function(f)) for f in path)]
+        rank0 = [path for path, ranks in ordered if ranks == [0] and any(RANK0_ONLY.search(_function(f)) for f in path)]
         if rank0:
             odd, level = [0], "medium"
-            named = next(_function(f) for f in reversed(rank0[0]) if _RANK0_ONLY.search(_function(f)))
+            named = next(_function(f) for f in reversed(rank0[0]) if RANK0_ONLY.search(_function(f)))
             why = f"rank 0 alone reaches {op} from a path only rank 0 usually takes ({named})"
             why_zh = f"只有 Rank 0 从通常只有 rank 0 会走的路径到达 {op}（{named}）"
         else:

@@ -44,6 +44,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from ..hookspecs import hookimpl
+from ._semantics import odd_side_of_two
 from ..ingest import nccl
 from ..model import Culprit, Evidence, Finding, group_id
 from ..ruledocs import RuleDoc
@@ -88,15 +89,22 @@ def _global_ranks(views, incident):
     for view in views:
         in_file.setdefault(view.path, set()).add((view.host, view.pid))
     by_process: dict[tuple, set] = {}
+    dumped: set[int] = set()  # ranks whose pid a stack dump of theirs states (py-spy's `Process N:`)
     for rank, state in incident.ranks.items():
         if state.pid is not None:
             by_process.setdefault((state.host, state.pid), set()).add(rank)
+            if state.stack:
+                dumped.add(rank)
 
     def rank_of(view) -> int | None:
         if view.rank is not None:
             return view.rank
         ranks = by_process.get((view.host, view.pid), set())
-        return next(iter(ranks)) if len(ranks) == 1 and len(in_file[view.path]) == 1 else None
+        if len(ranks) != 1:
+            return None
+        rank = next(iter(ranks))
+        # alone in its file, or its pid tied to the rank by that rank's own stack dump
+        return rank if len(in_file[view.path]) == 1 or rank in dumped else None
     return rank_of
 
 
@@ -485,6 +493,10 @@ def _finding(comm: Comm, incident, rank_of) -> Finding | None:
     majority = top if not rest or top_count > rest[0][1] else None
     culprits = [s for s in present if majority is None or s.sigs[d] != majority]
     global_rank = {id(s): rank_of(s.view) for s in comm.members}
+    if majority is None and len(culprits) == 2:  # two sides: rank 0 on a path only it takes is the odd one
+        odd = odd_side_of_two(incident, [global_rank[id(s)] for s in culprits])
+        if odd is not None:
+            culprits = [s for s in culprits if global_rank[id(s)] == odd]
     groups: dict[tuple, list] = {}
     for s in present:
         groups.setdefault(s.sigs[d], []).append(s)
