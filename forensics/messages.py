@@ -48,7 +48,7 @@ from .model import Evidence, MessageHit, normalize_op
 CAUSES = ("hang", "timeout", "network_fault", "peer_died", "collective_mismatch", "missing_rank",
           "crash", "oom", "config", "init_failure", "abort", "info")
 BLAMES = ("self", "peer", "ranks", "host", "none")
-PROJECTS = ("pytorch", "nccl", "gloo", "linux", "nvidia", "openmpi", "horovod", "deepspeed", "lightning", "sglang")
+PROJECTS = ("pytorch", "nccl", "gloo", "linux", "nvidia", "openmpi", "horovod", "deepspeed", "lightning", "sglang", "ray")
 
 _INT_FIELDS = ("rank", "peer_rank", "seq", "pid", "peer_pid", "local_rank", "nranks", "world_size",
                "timeout_ms", "elapsed_ms", "exit_code", "last_enqueued", "last_started", "last_completed",

@@ -17,7 +17,7 @@ SHIPPED = messages.catalogue().entries
 def test_the_shipped_catalogue_is_large_and_spans_the_three_projects():
     projects = {e.project for e in SHIPPED}
     assert len(SHIPPED) >= 100, len(SHIPPED)
-    assert projects == {"pytorch", "nccl", "gloo", "linux", "nvidia", "openmpi", "horovod", "deepspeed", "lightning", "sglang"}
+    assert projects == {"pytorch", "nccl", "gloo", "linux", "nvidia", "openmpi", "horovod", "deepspeed", "lightning", "sglang", "ray"}
 
 
 @pytest.mark.parametrize("entry", SHIPPED, ids=[e.id for e in SHIPPED])

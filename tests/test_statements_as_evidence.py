@@ -105,3 +105,16 @@ def test_a_peer_that_reports_its_own_connect_failing_is_not_dead(tmp_path):
     gone = analyze(tmp_path / "gone", {"console.log": "".join(closed.format(pid=30412 + d, tid=30593 + d, dev=d,
                                                                              port=50417 + d) for d in range(2))})
     assert gone["verdict"] == "dead_rank"
+
+
+def test_a_catalogued_line_beside_c10d_lines_is_read_by_the_reader_that_claims_the_file(tmp_path):
+    # a Ray driver log: the c10d reader claims it for its watchdog lines, and reads Ray's worker death too
+    watchdog = ("(ActorModelRayActor pid=744, ip=10.1.59.27) [rank9]:[E416 13:21:26.967375581 ProcessGroupNCCL.cpp:616] "
+                "[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=876319, OpType=BROADCAST, "
+                "NumelIn=8, NumelOut=8, Timeout(ms)=600000) ran for 600089 milliseconds before timing out.\n")
+    died = ("(raylet, ip=10.1.59.27) A worker died or was killed while executing a task by an unexpected system error. "
+            "To troubleshoot the problem, check the logs for the dead worker. RayTask ID: ffff Worker ID: 8e3f Node ID: "
+            "5bd1 Worker IP address: 10.1.59.27 Worker port: 10231 Worker PID: 1184 Worker exit type: SYSTEM_ERROR\n")
+    report = analyze(tmp_path, {"driver.log": died + watchdog})
+    assert report["verdict"] == "dead_rank"
+    assert any(c.get("pid") == 1184 for c in report["culprits"])

@@ -1145,6 +1145,7 @@ class _Reader:
             if not blank:
                 self.widest = max(self.widest, len(full))
                 self._other(key)
+                self._plain_stated(key, line_no, full, body)
         elif kind == "chain":
             self._close(key)
             self._other(key)
@@ -1259,6 +1260,22 @@ class _Reader:
         self.last = record
         if self.labelled:
             self.last_of[self.label] = record
+
+    def _plain_stated(self, key, line_no: int, full: str, body: str) -> None:
+        """A line of another program that the message catalogue knows (a Ray
+        worker's death, an NCCL WARN printed beside c10d's lines): read as the
+        catalogue reader would read it, since that reader leaves this file to us."""
+        cat = messages.catalogue()
+        if not cat.mentions(body):
+            return
+        kind, value = key if isinstance(key, tuple) and len(key) == 2 else (None, None)
+        evidence = Evidence(self.display, line_no, full.rstrip()[:EVIDENCE_CHARS])
+        for hit in messages.line_hits(body, evidence, value if kind == "rank" else None, "",
+                                      value if kind == "pid" else None, value if kind == "local" else None,
+                                      self.stated.full):
+            if self.stated.take(hit):
+                self.facts.messages.append(hit)
+                self.hit_keys.append((len(self.facts.messages) - 1, key))
 
     def _other(self, key) -> None:
         """A line of another program: it ends an unprefixed record."""
