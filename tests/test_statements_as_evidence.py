@@ -118,3 +118,15 @@ def test_a_catalogued_line_beside_c10d_lines_is_read_by_the_reader_that_claims_t
     report = analyze(tmp_path, {"driver.log": died + watchdog})
     assert report["verdict"] == "dead_rank"
     assert any(c.get("pid") == 1184 for c in report["culprits"])
+
+
+def test_a_process_whose_death_follows_its_own_timeout_is_not_the_crash(tmp_path):
+    watchdog = ("(ActorModelRayActor pid=1184, ip=10.1.59.27) [E ProcessGroupNCCL.cpp:475] [Rank 1] Watchdog caught "
+                "collective operation timeout: WorkNCCL(SeqNum=3856, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
+                "Timeout(ms)=1800000) ran for 1800503 milliseconds before timing out.\n")
+    died = ("(raylet, ip=10.1.59.27) A worker died or was killed while executing a task by an unexpected system error. "
+            "To troubleshoot the problem, check the logs for the dead worker. RayTask ID: ffff Worker ID: 8e3f Node ID: "
+            "5bd1 Worker IP address: 10.1.59.27 Worker port: 10231 Worker PID: 1184 Worker exit type: SYSTEM_ERROR\n")
+    report = analyze(tmp_path, {"driver.log": watchdog + died})
+    assert not any(c.get("pid") == 1184 for c in report["culprits"])
+    assert report["verdict"] != "dead_rank"

@@ -1082,6 +1082,7 @@ class _Reader:
         self.listed = 0
         self.seen_text = False
         self.widest = 0           # the longest line so far: hard wrapping caps it
+        self.after_last_error = False  # the line before was c10d's "Last error:" (a quote follows)
         self.wrap_checks = 0
         self.wraps_found = 0
         self.stuck_count = 0
@@ -1265,6 +1266,11 @@ class _Reader:
         """A line of another program that the message catalogue knows (a Ray
         worker's death, an NCCL WARN printed beside c10d's lines): read as the
         catalogue reader would read it, since that reader leaves this file to us."""
+        quoted, self.after_last_error = self.after_last_error, body.strip() == "Last error:"
+        if quoted:
+            return  # c10d's exception quotes NCCL's last WARN line after "Last error:": read where NCCL printed it
+        if key != FILE and key[0] != "task":
+            return  # a worker's own lines under a launcher prefix: its process records read what it printed
         cat = messages.catalogue()
         if not cat.mentions(body):
             return

@@ -349,9 +349,19 @@ def _crashed(incident, hits) -> list[Finding]:
     """Processes that died of their own error (not a knock-on of a peer's:
     not an abort after their own timeout, not the launcher's SIGTERM)."""
     crashed = []
+    # Processes (by host and pid) that stated a communication failure of their own (a watchdog timeout):
+    # a report of their death after it is its knock-on (Ray's worker death after the actor's timeout).
+    failed_first: dict[tuple, int] = {}  # (file, pid) → the first line where that process failed so
+    for hit, entry in hits:
+        if entry.cause in ("timeout", "hang", "peer_died") and hit.pid is not None and hit.evidence.line > 0:
+            where = (hit.evidence.path, hit.pid)
+            failed_first[where] = min(failed_first.get(where, hit.evidence.line), hit.evidence.line)
     for hit, entry in hits:
         if entry.cause in ("crash", "oom") and not entry.knock_on and entry.blames == "self" \
                 and not _knock_on_end(hit):
+            first = failed_first.get((hit.evidence.path, hit.fact("pid")))
+            if first is not None and 0 < first < hit.evidence.line:
+                continue  # it timed out first (same file, earlier line): its death is the timeout's consequence
             subject = _subject(incident, hit)
             if subject is None:
                 # Its printer, whom nothing identifies: named by its file, and
