@@ -57,7 +57,9 @@ What a dump says becomes one `ProcessRecord` for the rank in its file name
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import gc
 import os
 import re
 import reprlib
@@ -143,10 +145,30 @@ def sniff(path: str, head: bytes) -> bool:
 
 
 def parse(path: str, display: str) -> Facts:
-    dump = read_dump(path, display)
-    facts = Facts(KIND, display)
-    _Reader(facts, display, dump).read()
-    return facts
+    with _collector_paused():
+        dump = read_dump(path, display)
+        facts = Facts(KIND, display)
+        _Reader(facts, display, dump).read()
+        return facts
+
+
+@contextlib.contextmanager
+def _collector_paused():
+    """Python's cyclic garbage collector off while one dump is decoded and
+    read. Decoding 2,000 entries makes some 100,000 containers, and every
+    700 of them started a collection, now and then a full one over every
+    object the process holds (a forked worker holds all its parent loaded):
+    a third of the time of a dump went there (7.9 ms a dump, 4.7 ms paused).
+    What the dump's objects hold is freed by reference counts as before; a
+    cycle a hostile pickle builds is collected once the collector is back."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 forensics_sniff, forensics_parse = reader_hooks(

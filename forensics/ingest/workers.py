@@ -46,6 +46,7 @@ tuple as a `SharedTuple`; a worker sends it whole the first time and as
 
 from __future__ import annotations
 
+import gc
 import io
 import itertools
 import os
@@ -348,6 +349,10 @@ def _feed(feeding: _Feeding, data: bytes, done: int) -> None:
 
 def _child(task_fd: int, write_fd: int, tasks: list, work, worker: tuple[int, int]) -> None:
     code = 0
+    # What the parent held at the fork is never freed here: out of the
+    # collector's reach, a full collection no longer walks all of it (and no
+    # longer writes to every page it shares with the parent).
+    gc.freeze()
     try:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C: the parent reports it and ends us
         sender = _Sender(worker)
