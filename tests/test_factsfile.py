@@ -199,3 +199,21 @@ def test_every_model_value_survives_the_encoding():
         _, back = factsfile.from_bytes(factsfile.to_bytes(bundle), "x.facts")
         assert back.artifacts == artifacts and back.diagnostics == diagnostics
         assert back.results == results
+
+
+def test_an_empty_shared_frames_tuple_goes_over_the_wire_as_an_empty_tuple():
+    # stack readers share one frames tuple (a tuple subclass) among dumps; an empty one numbered on one side
+    # only shifted every later reference
+    from forensics.ingest import factsfile
+    from forensics.ingest.facts import Facts
+    from forensics.ingest.workers import SharedTuple
+    from forensics.model import Evidence, ProcessDump, ThreadStack
+
+    seen = Evidence("rank0.gdb.txt", 3, "Thread 2 (Thread 0x7f (LWP 12)):")
+    threads = (ThreadStack("1", "python3", False, SharedTuple(()), seen), ThreadStack("2", "gloo", False,
+                                                                                 SharedTuple(()), seen))
+    facts = Facts("gdb", "rank0.gdb.txt")
+    facts.processes.append(ProcessDump("gdb", "rank0.gdb.txt", pid=12, threads=threads, evidence=seen))
+    _, body = wire.loads(wire.dumps({}, ([], [facts], [], [])), "x.facts", factsfile.body_spec(), 1 << 30)
+    back = body[1][0].processes[0]
+    assert [t.frames for t in back.threads] == [(), ()] and back.threads[1].evidence == seen

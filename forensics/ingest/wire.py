@@ -164,12 +164,14 @@ def encode_value(value) -> object:
     def enc(v):
         if v is None or isinstance(v, (bool, str, float, int)):
             return v
-        if v == () and type(v) is tuple:  # not numbered, on either side: ["T"] is shorter than a reference
-            return ["T"]
+        if v == () and isinstance(v, tuple) and numbers.get(type(v)) is None:
+            return ["T"]  # not numbered, on either side: ["T"] is shorter than a reference
         key = id(v)
         if key in memo:
             return ["R", memo[key]]
         cls = type(v)
+        if cls is not tuple and isinstance(v, tuple) and numbers.get(cls) is None:
+            cls = tuple  # a tuple subclass no schema names (a frames tuple shared by dumps) is a tuple on the wire
         number = numbers.get(cls)
         if number is not None:
             if dataclasses.is_dataclass(v):
