@@ -26,6 +26,19 @@ KNOWN = {
         "without rank 1's stderr (the size-mismatch message) what is left is rank 0's traceback (connection "
         "reset by its peer) and torchrun's summary (rank 1 aborted): a dead peer, the consequence of the "
         "mismatch that only the missing log states"),
+    ("public_t_deepspeedexamples_socket_ifname_remote_exited", "stacks"): (
+        "the tracebacks alone quote NCCL's last error after 'Last error:' ('Connection closed by remote peer "
+        "gpu101'); without the WARN lines where gpu101's own processes state their connect finding no route, "
+        "the closed connection reads as gpu101's death"),
+    ("public_t_megatron_moe_aux_loss_stage0_skips_pp_allreduce", "stacks"): (
+        "three py-spy dumps (ranks 0, 4, 7) without the watchdog lines that name rank 0's coalesced call "
+        "against the others' all-reduce at one sequence number: the world is unknown and the ranks below 7 "
+        "without an artifact are named missing because ranks run from 0 (no rank is to be invented: a "
+        "known gap)"),
+    ("public_t_nccl_frozen_gpu_pipeline_pods", "logs"): (
+        "the whole is a known miss (inconclusive: the gdb dumps' device waits of pods named by stage number "
+        "are not tied to the NCCL log's ranks); the NCCL log alone names rank 13 as the one behind, which is "
+        "the thread's answer"),
 }
 
 
