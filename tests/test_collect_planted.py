@@ -215,7 +215,10 @@ def test_a_planted_newer_dump_does_not_move_the_ranks_flight_recorder(sleep_jobs
     assert live._fr_files(rank) == [str(d / "trace_0")]
     round_ = {"ranks": {0: {}}}
     live._fr_round([rank], round_, asked)
-    assert round_["ranks"][0]["fr"] == {"record_id": 7, "state": "completed", "groups": {"0": [3, -1]}}
+    fr = round_["ranks"][0]["fr"]
+    assert {key: fr[key] for key in ("record_id", "state", "groups")} == {
+        "record_id": 7, "state": "completed", "groups": {"0": [3, -1]}}
+    assert fr["newest"]["seq"] == 3  # the position kept for progress is the rank's own dump's too
     os.chown(planted, RANK_UID, RANK_UID)  # the same file, the rank's own: now it is the newest dump
     live._fr_round([rank], round_, asked)
     assert round_["ranks"][0]["fr"]["record_id"] == 99
