@@ -386,9 +386,10 @@ def _watch(args, parser, plugin_set) -> int:
     echo = None if args.quiet else (lambda line: print(f"forensics watch: {line}", file=sys.stderr, flush=True))
     codes = []
 
-    def show(verdict):  # the report of what was judged, as `forensics analyze DIR/hang-N/snapshots` prints it
-        codes.append(_analyze_after(parser, plugin_set, os.path.join(verdict.folder, "snapshots"), args, False,
-                                    jobs=1))
+    def show(verdict):  # the report of what was judged, with the stacks the watcher captured for it
+        from .report import formats
+
+        codes.append(_emit(verdict.report, formats(plugin_set())[args.format], args))
 
     if args.format not in _FormatChoices(plugin_set):
         print(f"forensics watch: --format {args.format}: not a format (one of: "
@@ -471,7 +472,7 @@ def _analyze(args, plugin_set) -> int:
 def _analyze_paused(args, plugin_set) -> int:
     from .ingest import load_incident
     from .ingest.textio import InputError
-    from .report import FormatUnavailable, formats
+    from .report import formats
 
     # The rules, the graph library and the analysis are imported while the
     # worker processes parse (`meanwhile`), not before they are forked.
@@ -519,7 +520,16 @@ def _analyze_paused(args, plugin_set) -> int:
     if late and not args.quiet:
         print(f"forensics: --timeout of {limits.timeout:g} s: {late} file(s) not read in time "
               f"(listed in the report's diagnostics); the report covers the rest", file=sys.stderr)
-    terminal = fmt.render_terminal is not None and not args.output and _is_terminal(sys.stdout)
+    return _emit(report, fmt, args)
+
+
+def _emit(report, fmt, args) -> int:
+    """Render `report` in `fmt` to --output or stdout, as `analyze` does; the exit code."""
+    from .report import FormatUnavailable
+    from .report.safe_text import neutralize
+
+    output = getattr(args, "output", None)
+    terminal = fmt.render_terminal is not None and not output and _is_terminal(sys.stdout)
     try:
         if terminal:
             text = fmt.render_terminal(report, args.lang, width=_terminal_width(), color=_colour_wanted())
@@ -533,12 +543,12 @@ def _analyze_paused(args, plugin_set) -> int:
             raise
         print(f"forensics: --format {args.format} failed: {exc.__class__.__name__}: {exc}", file=sys.stderr)
         return EXIT_INPUT
-    if args.output:
+    if output:
         try:
-            with open(args.output, "w", encoding="utf-8") as handle:
+            with open(output, "w", encoding="utf-8") as handle:
                 handle.write(text)
         except OSError as exc:
-            print(f"forensics: {args.output}: cannot write: {exc.strerror or exc}", file=sys.stderr)
+            print(f"forensics: {output}: cannot write: {exc.strerror or exc}", file=sys.stderr)
             return EXIT_INPUT
     else:
         sys.stdout.write(text)

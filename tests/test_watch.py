@@ -648,6 +648,8 @@ def test_a_verdict_carries_the_stacks_of_the_root_cause_and_of_a_rank_that_waits
     code, out, err = watcher.finish(200)
     printed = json.loads(out)
     assert code == 1 and printed["verdict"] == "missing_rank" and printed["culprit_ranks"] == [2], err[-2000:]
+    # the report printed on stdout is the one judged, with the stacks captured for it
+    assert [s["rank"] for s in printed["captured_stacks"]] == [2, 0], printed.get("captured_stacks")
     pids = _worker_pids(job, 4)
     verdict = watcher.verdict()
     assert verdict["root_cause_rank"] == 2
