@@ -6,7 +6,7 @@ import os
 import re
 from dataclasses import dataclass, field, replace
 
-from . import clock, confidence, explain, progress_table, stackclasses
+from . import clock, confidence, explain, postmortem, progress_table, stackclasses
 from .graph import GraphAnalysis, analyze_graph, build_graph
 from .model import EXITED, UNKNOWN, Confidence, Event, Evidence, Finding, Incident
 from .postmortem import decisive, first_causes
@@ -155,7 +155,12 @@ def prepare(plugins) -> None:
 
 
 def analyze_incident(incident: Incident, plugins) -> Report:
+    """The stages after merge, in order: the post-mortem (how each rank
+    ended, knock-ons put back where they waited, one clock for every dated
+    line), the rules' wait-for edges and findings, the graph, the verdict,
+    then what the report shows, computed once for every renderer."""
     prepare(plugins)
+    incident = postmortem.settle(incident)
     edges = plugins.call("forensics_wait_edges", incident=incident)
     findings = plugins.call("forensics_findings", incident=incident)
     analysis = analyze_graph(build_graph(edges, incident), incident)

@@ -11,6 +11,7 @@ old `[Rank N]` c10d lines) come apart per rank.
 import pytest
 
 from conftest import CORPUS
+from forensics import postmortem
 from forensics.ingest import load_incident, merge, torchlog
 from forensics.ingest.attribution import STRONG, WEAK, PidMap, World, attribute, path_rank, rank_from_path
 from forensics.ingest.facts import Facts
@@ -30,7 +31,8 @@ def own(facts):
 
 
 def incident(folder):
-    return load_incident([str(folder)], Plugins(autoload=False), jobs=1)
+    """The incident as the rules see it: merged, then settled by the post-mortem stage."""
+    return postmortem.settle(load_incident([str(folder)], Plugins(autoload=False), jobs=1))
 
 
 # ------------------------------------------------------------------ numbers in paths

@@ -103,9 +103,7 @@ def merge(facts: list[Facts], artifacts: tuple = (), diagnostics=()) -> Incident
                         unattributed=tuple(unattributed), read=read,
                         messages=_attribute_messages(messages.values(), stated, ranks),
                         comm_views=tuple(view for f in facts for view in f.comm_views))
-    from ..postmortem import settle
-
-    return settle(incident)
+    return incident  # how each rank ended is judged by the post-mortem stage (analysis.analyze_incident)
 
 
 MAX_STATED_STUCK = 200
