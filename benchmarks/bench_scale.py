@@ -2,7 +2,7 @@
 cluster, and 131,072 ranks as 8 node facts files merged by analyze.
 
     python benchmarks/bench_scale.py --work /var/tmp/scale [--ranks 16384] [--facts-ranks 131072]
-        [--nodes 8] [--no-local] [--no-dask] [--no-facts]
+        [--nodes 8] [--no-local] [--no-dask] [--no-facts] [--versus-pickle [--repeat 2]]
 
 The incident (generated once under WORK, reused after): for every rank a
 Flight Recorder dump of 2,000 entries (gen_fr_dumps.py, scenario
@@ -15,7 +15,13 @@ py-spy dump shows it in its data loader, and its NCCL log stops early.
 2. the same with `--scheduler` on a `distributed.LocalCluster` of 2 worker
    processes (1 thread each) over TCP on 127.0.0.1, started here: the
    overhead is its time over the local run's;
-3. `--facts-ranks` ranks of py-spy dumps (12 threads each) in `--nodes`
+3. with `--versus-pickle`, on an incident of Flight Recorder dumps and
+   py-spy dumps only (the 16,384-rank goal of the performance page):
+   `forensics analyze` beside the bare floor, two processes that
+   `pickle.load` every Flight Recorder dump and read every py-spy dump's
+   bytes, interleaved `--repeat` times (the benchmark unpickles for that
+   peer only: forensics never does);
+4. `--facts-ranks` ranks of py-spy dumps (12 threads each) in `--nodes`
    node folders; each folder is turned into a facts file (`forensics parse`,
    one node after the other here; on a cluster each node parses its own
    disk at the same time), then `forensics analyze` merges the facts files.
@@ -60,6 +66,8 @@ def verdict(run: dict) -> str:
         report = json.loads(run["stdout"])
     except ValueError:
         return f"failed (exit {run['exit']}): {run['stderr'].strip().splitlines()[-1:] or ''}"
+    if not isinstance(report, dict):  # a peer's count, not a report
+        return ""
     return f"{report.get('verdict')} {report.get('culprit_ranks')}"
 
 
@@ -108,6 +116,9 @@ def main(argv=None) -> int:
     ap.add_argument("--no-local", action="store_true", help="skip the 16,384-rank runs (local and Dask)")
     ap.add_argument("--no-dask", action="store_true")
     ap.add_argument("--no-facts", action="store_true")
+    ap.add_argument("--versus-pickle", action="store_true",
+                    help="Flight Recorder + py-spy dumps only, beside a bare 2-process pickle.load of them")
+    ap.add_argument("--repeat", type=int, default=2, help="interleaved pairs for --versus-pickle")
     args = ap.parse_args(argv)
     forensics = [sys.executable, "-m", "forensics"]
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
@@ -121,6 +132,8 @@ def main(argv=None) -> int:
               + "".join(f"  {k}={v}" for k, v in extra.items()), flush=True)
         return row
 
+    if args.versus_pickle:
+        _versus_pickle(args, forensics, env, record)
     if not args.no_local:
         _incident(args, forensics, env, record)
     if not args.no_facts:
@@ -132,7 +145,10 @@ def main(argv=None) -> int:
                        if k not in ("label", "seconds", "peak_mib", "verdict"))] for r in results["runs"]]
     kept.record("bench_scale", ["run", "seconds", "peak RSS (MiB)", "verdict", "notes"], rows,
                 notes=[f"{args.ranks:,}-rank incident: goal 60 s and 2 GiB locally on 2 cores; "
-                       f"{args.facts_ranks:,} ranks as {args.nodes} facts files: time and memory reported"],
+                       f"{args.facts_ranks:,} ranks as {args.nodes} facts files: time and memory reported"]
+                + ([f"{args.ranks:,} ranks of Flight Recorder (2,000 entries) and py-spy dumps only, rank "
+                    f"{args.culprit} missing: goal at most 1.25x the 2-process pickle.load floor (which also "
+                    f"reads the py-spy files' bytes) and at most 2 GiB"] if args.versus_pickle else []),
                 argv=[sys.argv[0], *(argv if argv is not None else sys.argv[1:])])
     return 0
 
@@ -157,6 +173,62 @@ def _incident(args, forensics, env, record) -> None:
         record("Dask LocalCluster, 2 workers x 1 thread", remote,
                overhead=f"{remote['seconds'] / local['seconds']:.2f}x the local time",
                same_report=remote["stdout"] == local["stdout"])
+
+
+# The floor of the 16,384-rank goal: what decoding the same dumps costs with
+# nothing else done, in two processes like our workers on this machine.
+PICKLE_PEER = """
+import os, pickle, sys
+from multiprocessing import Pool
+
+def load(path):
+    with open(path, 'rb') as handle:
+        if os.path.basename(path).startswith('nccl_trace_rank_'):
+            return len(pickle.load(handle)['entries'])
+        return len(handle.read())
+
+if __name__ == '__main__':
+    paths = sorted(os.path.join(d, f) for d, _, names in os.walk(sys.argv[1]) for f in names)
+    with Pool(2) as pool:
+        print(sum(pool.map(load, paths, chunksize=64)))
+"""
+
+
+def generate_fr_pyspy(work: str, ranks: int, culprit: int) -> str:
+    """Every rank's Flight Recorder dump (2,000 entries, rank `culprit` one
+    collective short) and py-spy dump (it in its data loader), nothing else."""
+    folder = os.path.join(work, f"frpyspy{ranks}")
+    done = os.path.join(folder, ".complete")
+    if os.path.exists(done):
+        return folder
+    shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(folder)
+    py = sys.executable
+    subprocess.run([py, os.path.join(HERE, "gen_fr_dumps.py"), os.path.join(folder, "fr"), "--ranks", str(ranks),
+                    "--scenario", "missing", "--culprit", str(culprit)], check=True)
+    subprocess.run([py, os.path.join(HERE, "gen_dumps.py"), str(ranks), os.path.join(folder, "pyspy"),
+                    "--culprit", str(culprit), "--kinds", "pyspy.txt"], check=True)
+    open(done, "w").close()
+    return folder
+
+
+def _versus_pickle(args, forensics, env, record) -> None:
+    started = time.monotonic()
+    folder = generate_fr_pyspy(args.work, args.ranks, args.culprit)
+    inputs = [os.path.join(folder, "fr"), os.path.join(folder, "pyspy")]
+    print(f"incident: {args.ranks:,} ranks, Flight Recorder + py-spy dumps in {folder} ({_size(folder)}; made or "
+          f"found in {time.monotonic() - started:.0f} s)", flush=True)
+    peer_cmd = [sys.executable, "-c", PICKLE_PEER, folder]
+    ours_cmd = [*forensics, "analyze", *inputs, "--hung", "-f", "json", "-q"]
+    peak_of(peer_cmd, env)  # the page cache warm for both, as far as the machine keeps it
+    for i in range(args.repeat):
+        peer = peak_of(peer_cmd, env)
+        if peer["exit"] != 0:
+            raise SystemExit(f"pickle.load peer failed: {peer['stderr']}")
+        ours = peak_of(ours_cmd, env)
+        record(f"forensics analyze (FR + py-spy), run {i + 1}", ours, files=_count(folder) - 1,
+               ratio=f"{ours['seconds'] / peer['seconds']:.2f}x the pickle.load floor of this pair")
+        record(f"2-process pickle.load + read, run {i + 1}", peer, files=_count(folder) - 1)
 
 
 def _facts(args, forensics, env, record, results) -> None:
