@@ -105,9 +105,33 @@ _NEEDS = {"job_factory": ("needs_torch", "live"), "redis_server": ("live",), "br
 _LIVE_MODULES = {"test_cluster", "test_watch", "test_collect", "test_progress_position", "test_spawn"}
 
 
+# Modules whose every test is minutes of work in all (property and fuzz runs, timeouts that must pass,
+# decompression bombs, the docs site build, PyTorch's own analyzer, replays of the whole corpus).
+_SLOW_MODULES = {"test_properties", "test_watchdog", "test_limits", "test_docs", "test_fr_conformance",
+                 "test_corpus_coverage", "test_progress", "test_collect_planted", "test_cli", "test_usercache",
+                 "test_factsfile", "test_hostile_text"}
+# Tests that run `python -m forensics` in a subprocess (a second of start-up each) or build big inputs.
+_SLOW_FIXTURES = {"run_cli"}
+_SLOW_TESTS = {"test_memory_stays_flat", "test_a_folder_holding_any_one_catalogued_line_never_exits_2",
+               "test_big_file_tail_mode"}
+_INCIDENTS = None
+
+
+def _corpus_case(item) -> bool:
+    """A test run once per corpus incident (each a full analysis)."""
+    global _INCIDENTS
+    if _INCIDENTS is None:
+        _INCIDENTS = {p.name for p in CORPUS.iterdir() if (p / "expected.yaml").is_file()}
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    return any(isinstance(v, str) and os.path.basename(v) in _INCIDENTS for v in params.values())
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         names = set()
+        if (item.module.__name__ in _SLOW_MODULES or "fuzz" in item.name or _corpus_case(item)
+                or item.originalname in _SLOW_TESTS or _SLOW_FIXTURES & set(getattr(item, "fixturenames", ()))):
+            names.add("slow")
         for fixture in getattr(item, "fixturenames", ()):
             names.update(_NEEDS.get(fixture, ()))
         if any(mark.name == "skipif" and "torch" in str(mark.kwargs.get("reason", "")).lower()
