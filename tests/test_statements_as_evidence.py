@@ -130,3 +130,20 @@ def test_a_process_whose_death_follows_its_own_timeout_is_not_the_crash(tmp_path
     report = analyze(tmp_path, {"driver.log": watchdog + died})
     assert not any(c.get("pid") == 1184 for c in report["culprits"])
     assert report["verdict"] != "dead_rank"
+
+
+def test_the_launchers_row_for_the_first_rank_to_exit_after_the_timeouts_is_no_crash(tmp_path):
+    # torch 1.10: ranks 1-3 time out in a broadcast, their timeouts raise (exit code 1), torchrun reports the
+    # first of them and stops the rest; rank 0, in its evaluation, is the one they waited for
+    timeouts = "".join(f"[E ProcessGroupNCCL.cpp:587] [Rank {r}] Watchdog caught collective operation timeout: "
+                       "WorkNCCL(OpType=BROADCAST, Timeout(ms)=1800000) ran for 1802157 milliseconds before timing "
+                       "out.\n" for r in (1, 2, 3))
+    launcher = ("WARNING:torch.distributed.elastic.multiprocessing.api:Sending process 30511 closing signal SIGTERM\n"
+                "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) local_rank: 1 (pid: 30512) "
+                "of binary: /opt/conda/envs/train/bin/python\n")
+    report = analyze(tmp_path, {"train.log": timeouts + launcher})
+    assert report["verdict"] != "dead_rank"
+    # an error of a worker's own before the row is a crash: the row is its exit
+    crash = "RuntimeError: CUDA error: an illegal memory access was encountered\n"
+    report = analyze(tmp_path / "crash", {"train.log": crash + timeouts + launcher})
+    assert report["verdict"] == "dead_rank"

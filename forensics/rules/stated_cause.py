@@ -362,6 +362,8 @@ def _crashed(incident, hits) -> list[Finding]:
             first = failed_first.get((hit.evidence.path, hit.fact("pid")))
             if first is not None and 0 < first < hit.evidence.line:
                 continue  # it timed out first (same file, earlier line): its death is the timeout's consequence
+            if _after_a_timeout_storm(hit, entry, hits):
+                continue
             subject = _subject(incident, hit)
             if subject is None:
                 # Its printer, whom nothing identifies: named by its file, and
@@ -397,6 +399,24 @@ def _crashed(incident, hits) -> list[Finding]:
                                       + ("" if level == "high" else "; one line, not corroborated"),
                     confidence_reason_zh=f"日志记录了该进程自身的错误（{entry.id}）"
                                          + ("" if level == "high" else "；仅一行，无旁证"))]
+
+
+# A launcher's row for a worker that failed (exit code, local rank, pid): the worker's own line is elsewhere.
+_LAUNCHER_ROWS = frozenset({"elastic-process-failed"})
+
+
+def _after_a_timeout_storm(hit: MessageHit, entry, hits) -> bool:
+    """A launcher's row for a worker that exited with a Python exception
+    (exit code 1), printed after watchdog timeouts in the same log and with no
+    error of the workers' own before it: the exit of the first rank whose
+    timeout ended it, not a crash (the launcher then stops the others)."""
+    if entry.id not in _LAUNCHER_ROWS or hit.fact("exit_code") != 1 or hit.evidence.line <= 0:
+        return False
+    path, line = hit.evidence.path, hit.evidence.line
+    before = [(h, e) for h, e in hits if h.evidence.path == path and 0 < h.evidence.line < line]
+    timeouts = [h for h, e in before if e.cause in ("timeout", "hang")]
+    own = [h for h, e in before if e.cause in ("crash", "oom") and e.blames == "self" and e.id not in _LAUNCHER_ROWS]
+    return bool(timeouts) and not own
 
 
 def _peer_gone(incident, hits, book: AddressBook) -> list[Finding]:
