@@ -147,3 +147,12 @@ def test_the_launchers_row_for_the_first_rank_to_exit_after_the_timeouts_is_no_c
     crash = "RuntimeError: CUDA error: an illegal memory access was encountered\n"
     report = analyze(tmp_path / "crash", {"train.log": crash + timeouts + launcher})
     assert report["verdict"] == "dead_rank"
+
+
+def test_gloo_failing_to_connect_its_full_mesh_is_a_network_fault(tmp_path):
+    lines = "".join(f"[rank{r}]:[W216 12:57:50.473634172 ProcessGroupGloo.cpp:715] Warning: Unable to resolve "
+                    "hostname to a (local) address. Using the loopback address as fallback. Manually set the network "
+                    "interface to bind to with GLOO_SOCKET_IFNAME. (function operator())\n" for r in range(2))
+    lines += ("RuntimeError: Gloo connectFullMesh failed with [../third_party/gloo/gloo/transport/tcp/pair.cc:144] "
+              "no error\n")
+    assert analyze(tmp_path, {"node1_server.log": lines})["verdict"] == "network_fault"
