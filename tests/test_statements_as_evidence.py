@@ -156,3 +156,12 @@ def test_gloo_failing_to_connect_its_full_mesh_is_a_network_fault(tmp_path):
     lines += ("RuntimeError: Gloo connectFullMesh failed with [../third_party/gloo/gloo/transport/tcp/pair.cc:144] "
               "no error\n")
     assert analyze(tmp_path, {"node1_server.log": lines})["verdict"] == "network_fault"
+
+
+def test_the_launchers_row_after_a_transport_failure_is_no_crash_of_its_own(tmp_path):
+    warn = ("node-a:118:190 [0] NCCL WARN NET/IB : Got completion from peer 10.1.0.12<48212> with error 12, opcode 0, "
+            "len 0, vendor err 129 (Recv)\n")
+    row = ("ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) local_rank: 0 (pid: 118) of "
+           "binary: /usr/bin/python\n")
+    report = analyze(tmp_path, {"node-a.log": warn + row})
+    assert report["verdict"] == "network_fault"
