@@ -408,14 +408,14 @@ _LAUNCHER_ROWS = frozenset({"elastic-process-failed"})
 def _after_a_timeout_storm(hit: MessageHit, entry, hits) -> bool:
     """A launcher's row for a worker that exited with a Python exception
     (exit code 1), printed after communication failures in the same log
-    (watchdog timeouts, transport errors, a lost peer) and with no error of
+    (watchdog timeouts, transport errors) and with no error of
     the workers' own before it: the exit of the first rank those failures
     ended, not a crash (the launcher then stops the others)."""
     if entry.id not in _LAUNCHER_ROWS or hit.fact("exit_code") != 1 or hit.evidence.line <= 0:
         return False
     path, line = hit.evidence.path, hit.evidence.line
     before = [(h, e) for h, e in hits if h.evidence.path == path and 0 < h.evidence.line < line]
-    timeouts = [h for h, e in before if e.cause in ("timeout", "hang", "network_fault", "peer_died")]
+    timeouts = [h for h, e in before if e.cause in ("timeout", "hang", "network_fault")]
     own = [h for h, e in before if e.cause in ("crash", "oom") and e.blames == "self" and e.id not in _LAUNCHER_ROWS]
     return bool(timeouts) and not own
 
