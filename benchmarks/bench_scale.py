@@ -48,13 +48,15 @@ sys.path.insert(0, HERE)
 
 def peak_of(cmd: list[str], env=None) -> dict:
     """Wall seconds, peak RSS (MiB: the largest process the command or its
-    reaped workers reached), exit code and output of one run. A fresh helper
+    reaped workers reached), CPU seconds (user + system of the command and
+    every process it reaped), exit code and output of one run. A fresh helper
     process runs it, so earlier runs' peaks do not count."""
     helper = [sys.executable, "-c", (
         "import json,resource,subprocess,sys,time\n"
         "t=time.monotonic();p=subprocess.run(sys.argv[1:],capture_output=True)\n"
         "u=resource.getrusage(resource.RUSAGE_CHILDREN)\n"
         "print(json.dumps({'seconds':round(time.monotonic()-t,2),'peak_mib':round(u.ru_maxrss/1024),"
+        "'cpu_seconds':round(u.ru_utime+u.ru_stime,1),"
         "'exit':p.returncode,'stdout':p.stdout.decode(errors='replace'),"
         "'stderr':p.stderr.decode(errors='replace')[-2000:]}))"), *cmd]
     done = subprocess.run(helper, capture_output=True, text=True, env=env)
@@ -227,8 +229,11 @@ def _versus_pickle(args, forensics, env, record) -> None:
             raise SystemExit(f"pickle.load peer failed: {peer['stderr']}")
         ours = peak_of(ours_cmd, env)
         record(f"forensics analyze (FR + py-spy), run {i + 1}", ours, files=_count(folder) - 1,
-               ratio=f"{ours['seconds'] / peer['seconds']:.2f}x the pickle.load floor of this pair")
-        record(f"2-process pickle.load + read, run {i + 1}", peer, files=_count(folder) - 1)
+               cpu_seconds=ours["cpu_seconds"],
+               ratio=f"{ours['seconds'] / peer['seconds']:.2f}x the pickle.load floor of this pair "
+                     f"({ours['cpu_seconds'] / peer['cpu_seconds']:.2f}x in CPU time)")
+        record(f"2-process pickle.load + read, run {i + 1}", peer, files=_count(folder) - 1,
+               cpu_seconds=peer["cpu_seconds"])
 
 
 def _facts(args, forensics, env, record, results) -> None:
