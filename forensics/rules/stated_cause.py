@@ -353,14 +353,14 @@ def _crashed(incident, hits) -> list[Finding]:
     # a report of their death after it is its knock-on (Ray's worker death after the actor's timeout).
     failed_first: dict[tuple, int] = {}  # (file, pid) → the first line where that process failed so
     for hit, entry in hits:
-        if entry.cause in ("timeout", "hang", "peer_died") and hit.pid is not None and hit.evidence.line > 0:
+        if entry.cause in ("timeout", "hang", "peer_died") and hit.pid is not None and hit.evidence.line:
             where = (hit.evidence.path, hit.pid)
-            failed_first[where] = min(failed_first.get(where, hit.evidence.line), hit.evidence.line)
+            failed_first[where] = min(failed_first.get(where, _order(hit)), _order(hit))
     for hit, entry in hits:
         if entry.cause in ("crash", "oom") and not entry.knock_on and entry.blames == "self" \
                 and not _knock_on_end(hit):
             first = failed_first.get((hit.evidence.path, hit.fact("pid")))
-            if first is not None and 0 < first < hit.evidence.line:
+            if first is not None and hit.evidence.line and first < _order(hit):
                 continue  # it timed out first (same file, earlier line): its death is the timeout's consequence
             if _after_a_timeout_storm(hit, entry, hits):
                 continue
@@ -401,6 +401,13 @@ def _crashed(incident, hits) -> list[Finding]:
                                          + ("" if level == "high" else "；仅一行，无旁证"))]
 
 
+def _order(hit: MessageHit) -> tuple[bool, int]:
+    """Where a hit's line stands in its file: a big file is read as its head
+    (lines 1, 2, ...) and its tail (lines counted back from the end, -1 the
+    last), so every head line comes before every tail line."""
+    return hit.evidence.line < 0, hit.evidence.line
+
+
 # A launcher's row for a worker that failed (exit code, local rank, pid): the worker's own line is elsewhere.
 _LAUNCHER_ROWS = frozenset({"elastic-process-failed"})
 
@@ -411,10 +418,10 @@ def _after_a_timeout_storm(hit: MessageHit, entry, hits) -> bool:
     (watchdog timeouts, transport errors) and with no error of
     the workers' own before it: the exit of the first rank those failures
     ended, not a crash (the launcher then stops the others)."""
-    if entry.id not in _LAUNCHER_ROWS or hit.fact("exit_code") != 1 or hit.evidence.line <= 0:
+    if entry.id not in _LAUNCHER_ROWS or hit.fact("exit_code") != 1 or not hit.evidence.line:
         return False
-    path, line = hit.evidence.path, hit.evidence.line
-    before = [(h, e) for h, e in hits if h.evidence.path == path and 0 < h.evidence.line < line]
+    path, at = hit.evidence.path, _order(hit)
+    before = [(h, e) for h, e in hits if h.evidence.path == path and h.evidence.line and _order(h) < at]
     timeouts = [h for h, e in before if e.cause in ("timeout", "hang", "network_fault")]
     own = [h for h, e in before if e.cause in ("crash", "oom") and e.blames == "self" and e.id not in _LAUNCHER_ROWS]
     return bool(timeouts) and not own
