@@ -349,7 +349,7 @@ def _crashed(incident, hits) -> list[Finding]:
     """Processes that died of their own error (not a knock-on of a peer's:
     not an abort after their own timeout, not the launcher's SIGTERM)."""
     crashed = []
-    # Processes (by host and pid) that stated a communication failure of their own (a watchdog timeout):
+    # Processes (by file and pid) that stated a communication failure of their own (a watchdog timeout):
     # a report of their death after it is its knock-on (Ray's worker death after the actor's timeout).
     failed_first: dict[tuple, int] = {}  # (file, pid) → the first line where that process failed so
     for hit, entry in hits:
@@ -627,7 +627,7 @@ RULES = (
          "监控屏障、desync 报告或 Flight Recorder 分析器点名了没有加入其他 Rank 所等待之调用的 Rank。消息本身就是结论，无需其他 Rank 的状态。"
          "进程组创建时基于 store 的 barrier 只给出计数（`world_size=N, worker_count=K`）：它的超时同样是成员缺失；"
          "若每个已到达的 Rank 都打印了在该 key 上的等待、且已知 Rank 都在该 world 之内，则点名缺席的 Rank（置信度中："
-         "假定该组即整个作业）；否则只说明有几个未到达。若若干进程各自表示一直在等某个被点名对端提供的数据（rank 0 在 store 中发布的 "
+         "假定该组即整个作业）；否则只说明有几个未到达。若有若干进程各自表示一直在等某个被点名对端提供的数据（rank 0 在 store 中发布的 "
          "NCCL unique id），则该对端即缺失的 Rank（置信度中），除非有证据表明它已死亡。"),
     _doc(MISMATCH, "Collective mismatch a message states", "消息指出的集合通信失配", "collective_mismatch",
          "TORCH_DISTRIBUTED_DEBUG=DETAIL compares each collective's fingerprint across the group and names "
