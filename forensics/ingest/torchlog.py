@@ -1271,17 +1271,8 @@ class _Reader:
             return  # c10d's exception quotes NCCL's last WARN line after "Last error:": read where NCCL printed it
         if key != FILE and key[0] != "task":
             return  # a worker's own lines under a launcher prefix: its process records read what it printed
-        cat = messages.catalogue()
-        if not cat.mentions(body):
-            return
-        kind, value = key if isinstance(key, tuple) and len(key) == 2 else (None, None)
-        evidence = Evidence(self.display, line_no, full.rstrip()[:EVIDENCE_CHARS])
-        for hit in messages.line_hits(body, evidence, value if kind == "rank" else None, "",
-                                      value if kind == "pid" else None, value if kind == "local" else None,
-                                      self.stated.full):
-            if self.stated.take(hit):
-                self.facts.messages.append(hit)
-                self.hit_keys.append((len(self.facts.messages) - 1, key))
+        if messages.catalogue().mentions(body):  # the file's or an srun task's line: no process of its own
+            self._keep_hits(key, body, full, line_no, None, "", None, None)
 
     def _other(self, key) -> None:
         """A line of another program: it ends an unprefixed record."""
@@ -1448,11 +1439,15 @@ class _Reader:
         pid = value if kind == "pid" else (proc.pid if proc is not None else None)
         host = proc.host if proc is not None else ""
         for body, full, number in zip(record.bodies, record.fulls, record.numbers):
-            evidence = Evidence(self.display, number, full.rstrip()[:EVIDENCE_CHARS])
-            for hit in messages.line_hits(body, evidence, rank, host, pid, local, self.stated.full):
-                if self.stated.take(hit):
-                    self.facts.messages.append(hit)
-                    self.hit_keys.append((len(self.facts.messages) - 1, record.key))
+            self._keep_hits(record.key, body, full, number, rank, host, pid, local)
+
+    def _keep_hits(self, key, body: str, full: str, number: int, rank, host: str, pid, local) -> None:
+        """The catalogue's hits on one line, kept (up to MAX_STATED per entry) as `key`'s."""
+        evidence = Evidence(self.display, number, full.rstrip()[:EVIDENCE_CHARS])
+        for hit in messages.line_hits(body, evidence, rank, host, pid, local, self.stated.full):
+            if self.stated.take(hit):
+                self.facts.messages.append(hit)
+                self.hit_keys.append((len(self.facts.messages) - 1, key))
 
     def _unrecognized(self, record: _Pending, why: _Unreadable) -> None:
         self.facts.unrecognized += 1
