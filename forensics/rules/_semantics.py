@@ -114,7 +114,8 @@ def describe_op(op: CommOp | None, groups=None) -> str:
 # Functions only rank 0 usually runs: evaluation, saving, logging, reporting.
 RANK0_ONLY = re.compile(r"(?:^|_)(?:eval\w*|valid\w*|save\w*|checkpoint\w*|ckpt\w*|log|logging|log_\w+|metrics?"
                         r"|print\w*|report\w*|export\w*|dump\w*|summar\w*)(?:_|$)", re.IGNORECASE)
-_FRAME_FUNCTION = re.compile(r"^(.+?) \([^()]*\)$")
+# A stack label as the model keeps it: `function (file:line)`.
+FRAME_LABEL = re.compile(r"^(?P<function>.+?) \((?P<file>[^()]*?)(?::\d+)?\)$")
 
 
 def on_rank0_only_path(state: RankState | None) -> str | None:
@@ -123,11 +124,11 @@ def on_rank0_only_path(state: RankState | None) -> str | None:
     if state is None:
         return None
     for label in reversed(state.stack):  # innermost of the outer frames first
-        found = _FRAME_FUNCTION.match(label)
-        if found is None or "(torch/" in label or ".py" not in label:
+        found = FRAME_LABEL.match(label)
+        if found is None or found["file"].startswith("torch/") or ".py" not in found["file"]:
             continue
-        if RANK0_ONLY.search(found.group(1)):
-            return found.group(1)
+        if RANK0_ONLY.search(found["function"]):
+            return found["function"]
     return None
 
 

@@ -13,14 +13,13 @@ path that only rank 0 usually takes (evaluation, saving, logging).
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 
 from ..hookspecs import hookimpl
 from ..model import UNIDENTIFIED_GROUP, Finding, group_id
 from ..ranges import compact
 from ..ruledocs import RuleDoc
-from ._semantics import RANK0_ONLY
+from ._semantics import FRAME_LABEL, RANK0_ONLY
 
 ID = "call-site-mismatch"
 KIND = "collective_mismatch"
@@ -31,7 +30,6 @@ HINT_ZH = ("比较两条代码路径：每个 Rank 必须以相同顺序到达�
            "记录日志）、依赖数据的分支（某个 Rank 的序列提前结束、某个 batch 没有正样本）或按 rank 不同的路由（专家、生成中的"
            "提前结束）。")
 
-_FRAME = re.compile(r"^(?P<function>.+?) \((?P<file>[^()]*?)(?::\d+)?\)$")
 # Frames that say nothing of which code path a call came from: torch's own machinery (module calls,
 # hooks, the collective's wrappers), Python's, and decorators that only wrap.
 _PLUMBING_ROOTS = ("torch/", "threading.py", "contextlib.py", "functools.py", "runpy.py", "<frozen")
@@ -45,7 +43,7 @@ def _own_path(stack: tuple[str, ...]) -> tuple[str, ...]:
     out: other lines of the same functions are the same path."""
     out = []
     for label in stack:
-        found = _FRAME.match(label)
+        found = FRAME_LABEL.match(label)
         if found is None:
             continue
         file = found["file"].lstrip("/")
