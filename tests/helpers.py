@@ -67,3 +67,18 @@ def parse_bytes(reader, data: bytes, name: str):
             return reader.parse(path, name)
         except InputError:
             return None
+
+
+def cli_report(folder, out, *args) -> dict:
+    """`forensics analyze FOLDER -f json -o OUT` as a user runs it (no plugins, one process), the report read back."""
+    import json
+
+    from forensics.cli import main
+
+    main(["analyze", str(folder), "-f", "json", "-o", str(out), "--no-plugins", "-q", "-j", "1", *args])
+    return json.loads(out.read_text(encoding="utf-8"))
+
+
+def finding_rules(report: dict) -> set[str]:
+    """The rules a JSON report's findings come from."""
+    return {f["rule"] for f in report["findings"]}

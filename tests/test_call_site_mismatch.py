@@ -1,9 +1,7 @@
 """call-site-mismatch on py-spy dumps as py-spy prints them: ranks of a stuck job in the same collective,
 reached from different functions of the job's own code."""
 
-import json
-
-from forensics.cli import main
+from helpers import cli_report, finding_rules
 
 HEAD = "Process {pid}: /usr/bin/python3 -u train.py\nPython v3.11.7 (/usr/bin/python3.11)\n\n"
 THREAD = 'Thread {pid} (active): "MainThread"\n'
@@ -27,30 +25,24 @@ def analyze(tmp_path, stacks: dict[int, list[str]], *args) -> dict:
     folder.mkdir(exist_ok=True)
     for rank, own in stacks.items():
         (folder / f"rank{rank}.pyspy.txt").write_text(dump(4000 + rank, own), encoding="utf-8")
-    out = tmp_path / "report.json"
-    main(["analyze", str(folder), "-f", "json", "-o", str(out), "--no-plugins", "-q", "-j", "1", *args])
-    return json.loads(out.read_text(encoding="utf-8"))
-
-
-def ids(report) -> set[str]:
-    return {f["rule"] for f in report["findings"]}
+    return cli_report(folder, tmp_path / "report.json", *args)
 
 
 def test_the_rank_that_came_from_another_code_path_is_the_odd_one(tmp_path):
     report = analyze(tmp_path, {0: ROLLOUT, 1: ROLLOUT, 2: ROLLOUT, 3: TEACHER}, "--hung")
     assert report["verdict"] == "collective_mismatch" and report["culprit_ranks"] == [3]
-    assert "call-site-mismatch" in ids(report)
+    assert "call-site-mismatch" in finding_rules(report)
 
 
 def test_not_judged_stuck_two_paths_into_one_collective_are_no_finding(tmp_path):
     report = analyze(tmp_path, {0: ROLLOUT, 1: ROLLOUT, 2: ROLLOUT, 3: TEACHER})
-    assert "call-site-mismatch" not in ids(report)
+    assert "call-site-mismatch" not in finding_rules(report)
 
 
 def test_other_lines_of_the_same_functions_are_the_same_path(tmp_path):
     moved = [frame.replace(":212", ":219") for frame in ROLLOUT]
     report = analyze(tmp_path, {0: ROLLOUT, 1: moved, 2: ROLLOUT, 3: moved}, "--hung")
-    assert "call-site-mismatch" not in ids(report)
+    assert "call-site-mismatch" not in finding_rules(report)
 
 
 def test_rank_0_alone_in_evaluation_is_the_odd_side_of_two(tmp_path):

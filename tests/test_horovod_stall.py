@@ -1,11 +1,9 @@
 """Horovod's stall inspector, in each wording it has printed, read through the shipped catalogue
 (rules/messages/horovod.yaml): the listing lines after the warning name the rank everyone waits for."""
 
-import json
-
 import pytest
 
-from forensics.cli import main
+from helpers import cli_report
 
 HEADER = ("One or more tensors were submitted to be reduced, gathered or broadcasted by subset of ranks and are "
           "waiting for remainder of ranks for more than 60 seconds. This may indicate that different ranks are "
@@ -17,9 +15,7 @@ TRAINING = "".join(f"Epoch 1/90 step {i}/625 - loss: {7 - i / 100:.4f} - acc: 0.
 def analyze(tmp_path, text: str, name: str = "logs") -> dict:
     (tmp_path / name).mkdir()
     (tmp_path / name / "job.out").write_text(text, encoding="utf-8")
-    out = tmp_path / f"{name}.json"
-    main(["analyze", str(tmp_path / name), "-f", "json", "-o", str(out), "--no-plugins", "-q", "-j", "1", "--hung"])
-    return json.loads(out.read_text(encoding="utf-8"))
+    return cli_report(tmp_path / name, tmp_path / f"{name}.json", "--hung")
 
 
 def glog(text: str) -> str:

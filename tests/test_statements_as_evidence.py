@@ -1,9 +1,7 @@
 """Statements that name ranks are evidence, read through the shipped catalogue: a process's own
 `[Rank N]`, and processes that each say they waited for one named peer in vain."""
 
-import json
-
-from forensics.cli import main
+from helpers import cli_report
 
 UNIQUE_ID = ("RuntimeError: [{rank}] is setting up NCCL communicator and retrieving ncclUniqueId from [0] via c10d "
              "key-value store by key '0', but store->get('0') got error: Socket Timeout\n")
@@ -19,9 +17,7 @@ def analyze(tmp_path, files: dict[str, str]) -> dict:
     folder.mkdir(parents=True)
     for name, text in files.items():
         (folder / name).write_text(text, encoding="utf-8")
-    out = tmp_path / "report.json"
-    main(["analyze", str(folder), "-f", "json", "-o", str(out), "--no-plugins", "-q", "-j", "1", "--hung"])
-    return json.loads(out.read_text(encoding="utf-8"))
+    return cli_report(folder, tmp_path / "report.json", "--hung")
 
 
 def test_ranks_that_each_waited_for_rank_0s_unique_id_make_rank_0_the_missing_one(tmp_path):
@@ -107,15 +103,18 @@ def test_a_peer_that_reports_its_own_connect_failing_is_not_dead(tmp_path):
     assert gone["verdict"] == "dead_rank"
 
 
+RAY_WORKER_DIED = ("(raylet, ip=10.1.59.27) A worker died or was killed while executing a task by an unexpected "
+                   "system error. To troubleshoot the problem, check the logs for the dead worker. RayTask ID: ffff "
+                   "Worker ID: 8e3f Node ID: 5bd1 Worker IP address: 10.1.59.27 Worker port: 10231 Worker PID: 1184 "
+                   "Worker exit type: SYSTEM_ERROR\n")
+
+
 def test_a_catalogued_line_beside_c10d_lines_is_read_by_the_reader_that_claims_the_file(tmp_path):
     # a Ray driver log: the c10d reader claims it for its watchdog lines, and reads Ray's worker death too
     watchdog = ("(ActorModelRayActor pid=744, ip=10.1.59.27) [rank9]:[E416 13:21:26.967375581 ProcessGroupNCCL.cpp:616] "
                 "[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=876319, OpType=BROADCAST, "
                 "NumelIn=8, NumelOut=8, Timeout(ms)=600000) ran for 600089 milliseconds before timing out.\n")
-    died = ("(raylet, ip=10.1.59.27) A worker died or was killed while executing a task by an unexpected system error. "
-            "To troubleshoot the problem, check the logs for the dead worker. RayTask ID: ffff Worker ID: 8e3f Node ID: "
-            "5bd1 Worker IP address: 10.1.59.27 Worker port: 10231 Worker PID: 1184 Worker exit type: SYSTEM_ERROR\n")
-    report = analyze(tmp_path, {"driver.log": died + watchdog})
+    report = analyze(tmp_path, {"driver.log": RAY_WORKER_DIED + watchdog})
     assert report["verdict"] == "dead_rank"
     assert any(c.get("pid") == 1184 for c in report["culprits"])
 
@@ -124,10 +123,7 @@ def test_a_process_whose_death_follows_its_own_timeout_is_not_the_crash(tmp_path
     watchdog = ("(ActorModelRayActor pid=1184, ip=10.1.59.27) [E ProcessGroupNCCL.cpp:475] [Rank 1] Watchdog caught "
                 "collective operation timeout: WorkNCCL(SeqNum=3856, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
                 "Timeout(ms)=1800000) ran for 1800503 milliseconds before timing out.\n")
-    died = ("(raylet, ip=10.1.59.27) A worker died or was killed while executing a task by an unexpected system error. "
-            "To troubleshoot the problem, check the logs for the dead worker. RayTask ID: ffff Worker ID: 8e3f Node ID: "
-            "5bd1 Worker IP address: 10.1.59.27 Worker port: 10231 Worker PID: 1184 Worker exit type: SYSTEM_ERROR\n")
-    report = analyze(tmp_path, {"driver.log": watchdog + died})
+    report = analyze(tmp_path, {"driver.log": watchdog + RAY_WORKER_DIED})
     assert not any(c.get("pid") == 1184 for c in report["culprits"])
     assert report["verdict"] != "dead_rank"
 
