@@ -94,6 +94,7 @@ RECENT_OPS = 3
 WRAP_MIN = 60                # a hard-wrapped line is at least this long
 MAX_WRAP_CHECKS = 20_000     # parses spent per file on telling wraps from other output
 EVIDENCE_CHARS = 2000
+PLAIN_BATCH = 4096            # other programs' lines sifted for catalogued messages at once
 MAX_STATED = 64              # lines of one catalogue entry kept per file (the first): others' are never crowded out
 MAX_GLUED = 8                # log lines looked for inside one line of other output
 
@@ -1083,6 +1084,7 @@ class _Reader:
         self.seen_text = False
         self.widest = 0           # the longest line so far: hard wrapping caps it
         self.after_last_error = False  # the line before was c10d's "Last error:" (a quote follows)
+        self.plain: list[tuple] = []   # other programs' lines not yet sifted for catalogued messages
         self.wrap_checks = 0
         self.wraps_found = 0
         self.stuck_count = 0
@@ -1271,7 +1273,23 @@ class _Reader:
             return  # c10d's exception quotes NCCL's last WARN line after "Last error:": read where NCCL printed it
         if key != FILE and key[0] != "task":
             return  # a worker's own lines under a launcher prefix: its process records read what it printed
-        if messages.catalogue().mentions(body):  # the file's or an srun task's line: no process of its own
+        # Hours of training output pass here: the lines wait in a batch that one search of the joined
+        # text sifts for the catalogue's literals (a search per line cost more than the rest of the read).
+        self.plain.append((key, line_no, full, body))
+        if len(self.plain) >= PLAIN_BATCH:
+            self._sift_plain()
+
+    def _sift_plain(self) -> None:
+        """The catalogue's hits on the batched plain lines: the file's or an srun task's, no process's own."""
+        batch, self.plain = self.plain, []
+        if not batch:
+            return
+        text = "\n".join(body.replace("\n", " ") for _, _, _, body in batch)
+        cat = messages.catalogue()
+        if not cat.mentions(text):  # the common case: the anchors decline the whole batch
+            return
+        for number, _ in cat.lines_with_literals(text):
+            key, line_no, full, body = batch[number - 1]
             self._keep_hits(key, body, full, line_no, None, "", None, None)
 
     def _other(self, key) -> None:
@@ -1506,6 +1524,7 @@ class _Reader:
 
     # -- the end
     def finish(self) -> None:
+        self._sift_plain()
         for key in list(self.open):
             self._close(key)
         if self.listed > MAX_LISTED:
