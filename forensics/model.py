@@ -385,6 +385,9 @@ class ProcessRecord:
     named_groups: tuple[str, ...] = ()
     whole_history: bool = False
     unrecorded: tuple[str, ...] = ()   # calls of kinds the record never shows (Gloo's FR: "send", "recv")
+    # Why the record's end is inferred rather than stated (a worker a
+    # launcher's failure summary leaves out had exited with code 0); "" when stated.
+    inferred: str = ""
 
 
 # Activities a rank can be in, from most to least informative.
@@ -415,6 +418,7 @@ class Ending:
     # launcher's SIGTERM, a peer's closed socket); "" until judged.
     role: str = ""
     reason: str = ""
+    inferred: str = ""  # why the end is inferred rather than stated; "" when stated
 
     def describe(self) -> str:
         how = f"exit code {self.exit_code}" if self.exit_code is not None else "exited"
