@@ -91,6 +91,15 @@ def _shape(report) -> Confidence:
                 f"{len(silent)} 个 Rank 没有任何自己的产物（{compact(silent)}）：它们的状态是从其他 Rank 的等待推断的",
                 (f"stack dumps (py-spy dump) or logs of rank {compact(silent)}",),
                 (f"Rank {compact(silent)} 的栈（py-spy dump）或日志",))
+        inferred = [r for r in report.culprit_ranks
+                    if r in incident.ranks and incident.ranks[r].ending is not None and incident.ranks[r].ending.inferred]
+        if inferred:
+            return Confidence(
+                "medium", f"how rank {compact(inferred)} ended is inferred, not stated: "
+                          f"{incident.ranks[inferred[0]].ending.inferred}",
+                f"Rank {compact(inferred)} 的结束方式是推断的，并非日志明言",
+                (f"rank {compact(inferred)}'s own log or exit status",),
+                (f"Rank {compact(inferred)} 自己的日志或退出状态",))
         kinds = {s.kind for s in report.decided_by}
         if verdict == "missing_rank" and kinds == {"cli_hung"}:
             return Confidence("medium", "judged stuck only because --hung says so; the states are read, not timed",

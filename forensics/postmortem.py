@@ -105,6 +105,8 @@ def judge(state: m.RankState, hits) -> tuple[str, str]:
     raised = _comm_exception(state)
     if raised is not None:
         return "knock_on", f"{ending.describe()} after a communication error ({raised.cite()})"
+    if ending.exit_code == 0 and not signal:
+        return "cause", f"{ending.describe()}: it left the job while others still needed it"
     return "cause", f"{ending.describe()}, and nothing it logged before says a peer caused it"
 
 

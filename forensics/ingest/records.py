@@ -236,7 +236,7 @@ def _ending(died: ProcessRecord, activity: str, position: m.CommOp | None, why: 
     """The end a record states, with where the rank was until then (for
     telling a death that caused the hang from one that followed it)."""
     return m.Ending(died.exit_code, died.signal, died.evidence,
-                    activity if activity != m.EXITED else m.UNKNOWN, position, why)
+                    activity if activity != m.EXITED else m.UNKNOWN, position, why, inferred=died.inferred)
 
 
 def _why(last: m.CommOp | None, died: ProcessRecord | None) -> str:
@@ -245,7 +245,8 @@ def _why(last: m.CommOp | None, died: ProcessRecord | None) -> str:
         if died.signal:
             how += f" ({died.signal})"
         where = f" [{died.evidence.cite()}]" if died.evidence else ""
-        return f"process ended: {how}{where}"
+        inferred = f" ({died.inferred})" if died.inferred else ""
+        return f"process ended: {how}{inferred}{where}"
     if last is None:
         return ""
     seq = f" #{last.seq}" if last.seq is not None else ""

@@ -75,6 +75,7 @@ from .facts import Facts
 from .cache import BoundedCache as _Cache
 from .grammar import parser
 from .attribution import path_rank
+from ..ranges import compact
 from .textio import STREAM_ERRORS, InputError, compression, file_size, has_nul, lines_with, looks_binary, open_binary
 
 KIND = "torch-log"
@@ -745,13 +746,45 @@ _OWN_RANK = lazy.regex(
 # torchelastic's rendezvous result (api.py `_rendezvous`, one field a line in
 # every version), its launch configs, and the world size c10d states.
 _LAUNCH_HINT = lazy.regex(r"_ranks=|group_rank=|world_sizes?=|restart_count=|WORLD_SIZE|"
-                          r"initialization options: size|nproc_per_node|_nodes\s*:|joined round")
+                          r"initialization options: size|nproc_per_node|_nodes\s*:|joined round|"
+                          r"torchrun|torch\.distributed\.(?:run|launch)|--num[_-]processes|mpirun|horovodrun|\bmpiexec\b| closing signal ")
 _AGENT_FIELD = lazy.regex(r"\b(restart_count|group_rank|group_world_size|local_ranks|global_ranks|"
                           r"global_world_sizes)=(\[[\d,\s]*\]|\d{1,9}(?!\d))")
 _LAUNCH_FIELD = lazy.regex(r"\b(nproc_per_node|min_nodes|max_nodes)\s*:\s*(\d{1,7})\s*$")
 _INIT_SIZE = lazy.regex(r"initialization options: size: (\d{1,7}), global rank: \d+.*?PG Name: (\S+?),?(?:\s|$)")
 _JOINED = lazy.regex(r"has joined round \d+ of the rendezvous '[^'\n]*' as rank (\d{1,7}) in a world of size")
 _WORLD_ENV = lazy.regex(r"\bWORLD_SIZE\s*[=:]\s*['\"]?(\d{1,7})\b")
+# A launch command echoed into the console (`$ torchrun --nproc-per-node 4 train.py`,
+# `+ python -m torch.distributed.run --nproc_per_node=8 …` under `bash -x`,
+# `accelerate launch --num_processes 8 …`, `mpirun -np 16 …`): torchrun's
+# world is nproc × nnodes where nnodes is fixed (default 1; `2` or `2:2`, not
+# an elastic range `1:4`); accelerate's --num_processes and mpirun's -np are
+# the whole world.
+_TORCHRUN = lazy.regex(r"(?:^|[\s/'\"=])(?:torchrun|-m\s+torch\.distributed\.(?:run|launch))\s")
+_NPROC = lazy.regex(r"\s--nproc[_-]per[_-]node(?:=|\s+)(\d{1,5})(?=\s|$)")
+_NNODES = lazy.regex(r"\s--nnodes(?:=|\s+)(\d{1,5})(?::(\d{1,5}))?(?=\s|$)")
+_NNODES_ANY = lazy.regex(r"\s--nnodes(?:=|\s)")
+_WHOLE_WORLD = lazy.regex(r"(?:^|[\s/'\"])(?:accelerate\s+launch(?:\s.*?)?\s--num[_-]processes(?:=|\s+)|"
+                          r"(?:mpirun|mpiexec|horovodrun)\s(?:.*?\s)?-(?:np|n)\s+)(\d{1,7})(?=\s|$)")
+
+
+def command_world(body: str) -> tuple[int, int | None] | None:
+    """(world size, workers per node where the command says) a launch
+    command line states, or None."""
+    if _TORCHRUN.search(body):
+        nproc = _NPROC.search(body)
+        if nproc is None:
+            return None
+        nodes = _NNODES.search(body)
+        if nodes is None:
+            if _NNODES_ANY.search(body):
+                return None  # --nnodes $NNODES, an elastic range written otherwise
+            return int(nproc.group(1)), int(nproc.group(1))
+        if nodes.group(2) is not None and nodes.group(2) != nodes.group(1):
+            return None  # an elastic range: the world is known only after rendezvous
+        return int(nproc.group(1)) * int(nodes.group(1)), int(nproc.group(1))
+    found = _WHOLE_WORLD.search(body)
+    return (int(found.group(1)), None) if found is not None else None
 
 
 def labelled(lines: list[bytes]) -> bool:
@@ -1069,6 +1102,10 @@ class _Reader:
         self.node_rank: dict = {}   # stream → the group ranks its agent states (one, unless merged)
         self.local_size: dict = {}  # stream → its nproc_per_node
         self.worlds: list[tuple[int, int, str]] = []  # (world size, line, what states it)
+        # torchelastic's failure summary: its first line, and whether the agent
+        # stopped workers still running (`Sending process N closing signal`).
+        self.summary_at: Evidence | None = None
+        self.stopped_workers = False
         self.hit_keys: list[tuple] = []  # (index in facts.messages, record key): a hit's rank once known
         self.stated = messages.Kept(MAX_STATED)
         self.owner: dict[tuple, tuple] = {}
@@ -1391,6 +1428,13 @@ class _Reader:
         found = _WORLD_ENV.search(body)
         if found is not None:
             self.worlds.append((int(found.group(1)), line_no, "WORLD_SIZE"))
+        if " closing signal " in body:
+            self.stopped_workers = True
+        stated = command_world(body)
+        if stated is not None and stated[0] > 0:
+            self.worlds.append((stated[0], line_no, "the launch command"))
+            if stated[1] is not None:
+                self.local_size.setdefault(stream, stated[1])
 
     def _assignment(self, stream) -> dict[int, int] | None:
         """{local rank: global rank} of the workers of the agent whose lines
@@ -1543,6 +1587,7 @@ class _Reader:
         for rank in sorted(self.claims):
             facts.records.extend(self.claims[rank].values())
         world = self._world()
+        facts.records.extend(self._clean_exits(world, procs))
         for guid, desc in self.groups.items():
             if guid != DEFAULT_GROUP or world is None:
                 facts.groups.append(ProcessGroup(guid, desc, ()))
@@ -1722,6 +1767,38 @@ class _Reader:
                              progress=dict(progress), errors=tuple(proc.errors),
                              peers_in_errors=tuple(proc.peers), timed_out=proc.timed_out, alive=proc.alive,
                              exit_code=proc.exit_code, signal=proc.signal, evidence=proc.evidence)
+
+    def _clean_exits(self, world: int | None, procs: list[_Proc]) -> list[ProcessRecord]:
+        """Workers torchelastic's failure summary leaves out, on a one-node job.
+
+        The agent lists every worker that failed and sends the ones still
+        running a closing signal (`Sending process N closing signal SIGTERM`),
+        so when the whole world is this agent's workers (the world equals its
+        workers per node), every row of the summary is on one host, and no
+        worker was stopped, a worker the summary does not list had already
+        exited with code 0. A worker the file shows failing is not one."""
+        if self.summary_at is None or self.stopped_workers or world is None:
+            return []
+        rows = [c for c in self.children.values() if c.exit_code is not None]
+        hosts = {c.host for c in rows}
+        if not rows or len(hosts) != 1 or any(c.rank is None or c.rank != c.local_rank for c in rows):
+            return []
+        if set(self.local_size.values()) != {world}:
+            return []
+        listed = {c.rank for c in rows}
+        failing = {p.rank for p in procs if p.rank is not None and p.errors}
+        absent = [r for r in range(world) if r not in listed and r not in failing]
+        if not absent or len(absent) == world:
+            return []
+        self.facts.diag(self.summary_at.line,
+                        f"rank(s) {compact(absent)} are not in the launcher's failure summary of this one-node job "
+                        f"of {world} workers, and no worker was sent a closing signal: they had exited with code 0 "
+                        f"before the failures", "info")
+        host = hosts.pop()
+        why = (f"not in the launcher's failure summary of this one-node job of {world} workers, and no worker "
+               f"was sent a closing signal")
+        return [ProcessRecord(LAUNCHER, self.display, host=host, rank=r, local_rank=r, alive=False, exit_code=0,
+                              evidence=self.summary_at, inferred=why) for r in absent]
 
     def _child_record(self, child: _Child) -> ProcessRecord:
         signal = child.signal
@@ -2143,6 +2220,7 @@ class _Apply:
         child = self.reader.child(self.num(exitcode[3]))
         header = self.record.evidence(self.display, 0)
         child.evidence = header
+        self.reader.summary_at = self.reader.summary_at or header
         root, self.reader.root_cause = self.reader.root_cause, None
         if root is not None:  # torchelastic's root cause: its marker line joins the entry's errors
             child.error(root)
