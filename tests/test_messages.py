@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from forensics import messages
+from forensics import messages, messages_match
 from forensics.cli import main
 from forensics.model import Artifact
 
@@ -125,9 +125,10 @@ def test_pasted_nccl_warn_lines_are_looked_up_by_the_nccl_reader_with_host_and_p
     path = tmp_path / "pasted.txt"
     path.write_text("from the three hosts:\n" + example.example + "\n", encoding="utf-8")
     from forensics.ingest import nccl, statements
+    from forensics.plugins import Plugins
 
-    head = path.read_bytes()
-    assert nccl.sniff(str(path), head) and statements.sniff(str(path), head) is None
+    kinds = Plugins(autoload=False).each("forensics_sniff", path=str(path), head=path.read_bytes())
+    assert nccl.KIND in kinds and statements.KIND not in kinds  # the catalogue's reader leaves them to it
     facts = nccl.parse(str(path), "pasted.txt")
     hit = next(h for h in facts.messages if h.id == example.id)
     assert hit.evidence.line == 2 and hit.rank is None and hit.host and hit.pid is not None
@@ -203,11 +204,11 @@ def test_mentions_finds_every_literal_wherever_it_stands_and_nothing_else():
 
 
 def test_each_anchor_is_a_tail_of_its_literal_starting_where_text_is_thin():
-    assert messages._anchor("wait timeout after ") == " timeout after "  # all common: the first non-letter
-    assert messages._anchor("Watchdog caught collective") == "Watchdog caught collective"
-    assert messages._anchor("connect to rank NCCL") == "NCCL"  # the first capital, four characters kept
-    assert messages._anchor("exceeded error retry count") == "xceeded error retry count"  # x is uncommon
-    assert messages._anchor(".h:") == ".h:"  # short: itself
+    assert messages_match._anchor("wait timeout after ") == " timeout after "  # all common: the first non-letter
+    assert messages_match._anchor("Watchdog caught collective") == "Watchdog caught collective"
+    assert messages_match._anchor("connect to rank NCCL") == "NCCL"  # the first capital, four characters kept
+    assert messages_match._anchor("exceeded error retry count") == "xceeded error retry count"  # x is uncommon
+    assert messages_match._anchor(".h:") == ".h:"  # short: itself
     for literal in messages.catalogue()._by_literal:
-        tail = messages._anchor(literal)
-        assert literal.endswith(tail) and len(tail) >= min(len(literal), messages._ANCHOR_MIN)
+        tail = messages_match._anchor(literal)
+        assert literal.endswith(tail) and len(tail) >= min(len(literal), messages_match._ANCHOR_MIN)

@@ -1,0 +1,124 @@
+"""Catalogue files are read against rules/messages.schema.json: a broken file
+is named by file and line (the YAML node's), never a traceback, and the
+entries of the file that are fine are still read."""
+
+import os
+
+import jsonschema
+import pytest
+
+from forensics import messages, messages_schema
+from forensics.cli import main
+
+HERE = os.path.dirname(__file__)
+ROOT = os.path.dirname(HERE)
+
+GOOD = """\
+messages:
+  - id: test-entry
+    project: gloo
+    source: gloo/transport/tcp/pair.cc
+    versions: "1.13-2.13"
+    level: exception
+    match: "Connection closed by peer"
+    patterns: ['Connection closed by peer (?P<peer_addr>\\S+)']
+    example: "RuntimeError: [x.cc:1] Connection closed by peer [10.0.0.2]:5000"
+    ok: ["RuntimeError: [x.cc:1] Connection closed by peer"]
+    facts: {peer_addr: "[10.0.0.2]:5000"}
+    proves: {cause: peer_died, stuck: false, blames: peer, knock_on: true}
+    en: "The peer closed the connection."
+    zh: "对端关闭了连接。"
+"""
+
+
+def _problems(tmp_path, body: str, name: str = "bad.yaml"):
+    path = tmp_path / name
+    path.write_text(body, encoding="utf-8") if isinstance(body, str) else path.write_bytes(body)
+    entries, problems = messages.load([str(path)])
+    return entries, problems
+
+
+def test_the_shipped_schema_is_a_valid_draft_2020_12_schema():
+    jsonschema.Draft202012Validator.check_schema(messages_schema.schema())
+
+
+def test_every_shipped_file_fits_the_schema():
+    for path in messages.shipped_files():
+        entries, problems = messages_schema.read(path, os.path.basename(path))
+        assert problems == [] and entries, path
+
+
+def test_a_good_entry_is_read_with_its_line_and_ok_lines(tmp_path):
+    entries, problems = _problems(tmp_path, GOOD)
+    assert problems == []
+    assert [(e.id, e.line, e.ok) for e in entries] == [
+        ("test-entry", 2, ("RuntimeError: [x.cc:1] Connection closed by peer",))]
+
+
+@pytest.mark.parametrize("change, line, needle", [
+    (("cause: peer_died", "cause: sadness"), 12, "test-entry: proves.cause: 'sadness' is not one of"),
+    (("    zh: \"对端关闭了连接。\"\n", ""), 2, "test-entry: missing 'zh'"),
+    (("    level: exception\n", "    level: exception\n    severity: high\n"), 7,
+     "test-entry: unknown key(s): severity (allowed: "),
+    (("id: test-entry", "id: Test_Entry"), 2, "Test_Entry: id: 'Test_Entry' must be kebab-case"),
+    (('versions: "1.13-2.13"', "versions: 2021-05-21"), 5, "versions: datetime.date(2021, 5, 21) must be a string"),
+    (("match: \"Connection closed by peer\"", "match: []"), 7,
+     "test-entry: match: must be a non-empty string or a non-empty list of them"),
+    (("patterns: ['Connection", "patterns: ['', 'Connection"), 8, "patterns.0: '' must be a non-empty string"),
+    (('example: "RuntimeError', 'example: "first line\\nRuntimeError'), 9, "must be one line of text"),
+    (("ok: [\"RuntimeError", "ok: [7, \"RuntimeError"), 10, "ok.0: 7 must be one line of text"),
+    (('facts: {peer_addr: "[10.0.0.2]:5000"}', "facts: {peer_addr: {deep: 1}}"), 11, "facts.peer_addr:"),
+    (("stuck: false", 'stuck: "no"'), 12, "proves.stuck: 'no' is not of type 'boolean'"),
+    (('en: "The peer closed the connection."', 'en: "   "'), 13, "en: '   ' must be non-empty text"),
+])
+def test_a_broken_entry_is_named_with_its_file_and_the_line_of_its_node(tmp_path, change, line, needle):
+    entries, problems = _problems(tmp_path, GOOD.replace(*change))
+    assert entries == []
+    assert len(problems) == 1, problems
+    where, number, text = problems[0]
+    assert where.endswith("bad.yaml") and number == line and needle in text, problems[0]
+
+
+def test_one_broken_entry_leaves_the_others_of_its_file(tmp_path):
+    second = GOOD.split("messages:\n", 1)[1].replace("test-entry", "second-entry").replace("project: gloo",
+                                                                                           "project: gl00")
+    entries, problems = _problems(tmp_path, GOOD + second)
+    assert [e.id for e in entries] == ["test-entry"]
+    assert [(n, t.split(":")[0]) for _, n, t in problems] == [(16, "second-entry")]
+
+
+@pytest.mark.parametrize("body, line, needle", [
+    ("messages:\n  - id: x\n    bad: [unclosed\n", 4, "invalid YAML"),
+    ("", 1, "empty file"),
+    ("- just\n- a list\n", 1, "is a mapping with a 'messages' list"),
+    ("entries: []\n", 1, "unknown key(s): entries"),
+    ("messages:\n  - &one {id: a}\n  - *one\n", 2, "anchors and aliases are not allowed in catalogue files (anchor &one)"),
+    ("messages:\n  - !!python/object/apply:os.system ['true']\n", 2, "invalid YAML"),
+    (b"messages:\n  - id: caf\xe9\n", 2, "not UTF-8"),
+])
+def test_a_file_that_is_no_catalogue_is_one_problem_with_its_line(tmp_path, body, line, needle):
+    entries, problems = _problems(tmp_path, body)
+    assert entries == [] and len(problems) >= 1, problems
+    assert problems[0][1] == line and needle in problems[0][2], problems
+
+
+def test_a_file_too_big_to_be_a_catalogue_is_refused_unread(tmp_path, monkeypatch):
+    monkeypatch.setattr(messages_schema, "MAX_FILE_BYTES", 100)
+    entries, problems = _problems(tmp_path, GOOD)
+    assert entries == [] and "larger than 100 bytes" in problems[0][2]
+
+
+def test_forensics_messages_check_prints_file_and_line_and_no_traceback(tmp_path, capsys):
+    path = tmp_path / "team.yaml"
+    path.write_text(GOOD.replace("cause: peer_died", "cause: sadness"), encoding="utf-8")
+    assert main(["messages", "check", str(path)]) == 1
+    out, err = capsys.readouterr()
+    assert out.startswith(f"{messages._display(str(path))}:12: test-entry: proves.cause: 'sadness' is not one of")
+    assert "Traceback" not in out + err
+
+
+def test_the_schema_and_the_fact_vocabulary_agree_with_the_docs():
+    """docs/messages.md names the cause classes a user may write: the schema's."""
+    causes = messages_schema.schema()["$defs"]["entry"]["properties"]["proves"]["properties"]["cause"]["enum"]
+    text = open(os.path.join(ROOT, "docs", "messages.md"), encoding="utf-8").read()
+    assert all(f"`{cause}`" in text for cause in causes)
