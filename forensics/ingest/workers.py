@@ -158,8 +158,11 @@ def run(tasks: list, costs: list[int], work, jobs: int, on_result, on_died, mean
     memory = limits.worker_memory(min(jobs, len(tasks)))
     slots = itertools.count()
 
+    result_pipe = _result_pipe_size(min(jobs, len(tasks)))
+
     def spawn() -> int:
         read_fd, write_fd = os.pipe()
+        _fit(write_fd, result_pipe)
         slot = next(slots)
         with feeding.lock:  # the feeder does not close its end while we fork
             pid = os.fork()
@@ -308,6 +311,20 @@ def _fit(fd: int, size: int) -> None:
         fcntl.fcntl(fd, setter, min(size, 1 << 20))
     except OSError:
         pass
+
+
+RESULT_PIPE_BYTES = 1 << 20     # a worker's result pipe holds this much unread (where Linux allows it) ...
+RESULT_PIPES_BYTES = 16 << 20   # ... and all of a run's result pipes at most this much together
+
+
+def _result_pipe_size(workers: int) -> int:
+    """How much a worker's result pipe should hold unread. While the parent
+    runs `meanwhile` it reads no result: a worker whose result does not fit
+    the pipe (64 KiB by default; one rank's 256 MB console parses to 66 KB)
+    waits there, idle, until the parent is done. Linux counts pipe memory
+    per user (/proc/sys/fs/pipe-user-pages-soft, 64 MiB by default), so many
+    workers share RESULT_PIPES_BYTES."""
+    return max(1 << 16, min(RESULT_PIPE_BYTES, RESULT_PIPES_BYTES // max(1, workers)))
 
 
 def _write_some(fd: int, data: bytes) -> int:
