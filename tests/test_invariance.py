@@ -41,12 +41,7 @@ UNREADABLE = "unreadable"
 # (incident, transform): "the incident's verdict [culprits] -> the copy's: what the copy loses" (the
 # artifact kinds and files no longer read). `python tests/test_invariance.py` prints today's differences.
 # Each entry must still differ, or the run fails (strict xfail): remove it.
-KNOWN_DIFFERENCES: dict[tuple[str, str], str] = {
-    ("public_t_nccl_h800_ib_completion_error12_nics", "prepend-30MB"):
-        "network_fault [1] -> network_fault []: 30 MB before node0's log push its NCCL init lines (which tie "
-        "host:pid to ranks) into the middle of a big file, which is not read; its IB errors then count as one "
-        "more unattributed printer and another peer is named",
-}
+KNOWN_DIFFERENCES: dict[tuple[str, str], str] = {}
 
 
 class Outcome(NamedTuple):

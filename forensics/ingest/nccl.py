@@ -95,7 +95,7 @@ from ..model import CommOp, Evidence, GroupProgress, ProcessRecord, normalize_op
 from .facts import Facts
 from .cache import BoundedCache as _Cache
 from .grammar import parser
-from .textio import InputError, ZstdStream, looks_binary, read_head
+from .textio import InputError, ZstdStream, cited_head_lines, looks_binary, read_head
 
 KIND = "nccl"
 SOURCE = "nccl"
@@ -255,7 +255,7 @@ def parse(path: str, display: str, full: bool = False) -> Facts:
             elif magic == _ZSTD_MAGIC:
                 _read_zstd(handle, reader)
             elif full or size <= TAIL_THRESHOLD:
-                _read_stream(handle.read, reader)
+                _read_whole(handle, size, reader)
             else:
                 reader = _read_tail(handle, size, lambda: _Reader(Facts(KIND, display), display))
     except OSError as exc:
@@ -421,6 +421,30 @@ def _read_stream(read, reader: "_Reader", compressed: str = "") -> None:
 _CORRUPT = (EOFError, zlib.error, gzip.BadGzipFile)
 
 
+def _read_whole(handle, size: int, reader: "_Reader") -> None:
+    """Every line of a plain file, numbered as the readers that read only a
+    big file's ends number it (`textio.cited_head_lines`): past the head of a
+    file above textio.BIG_TEXT, back from the end. The c10d reader quotes the
+    same WARN and error lines; one numbering makes them one line."""
+    ends = cited_head_lines(handle, size)
+    handle.seek(0)
+    if ends is None:
+        _read_stream(handle.read, reader)
+        return
+    start, after = ends
+    for line_no, lines in _chunks(_Region(handle, 0, start).read, reader):
+        reader.feed(lines, line_no)
+    head_lines = reader.last_line
+    for line_no, lines in _chunks(_Region(handle, start, size).read, reader, FROM_END - after):
+        reader.feed(lines, line_no)
+    reader.last_line = FROM_END - 1
+    reader.counted_lines = head_lines + after
+    reader.facts.diag(0, f"read whole: lines 1-{head_lines:,} (the first {_amount(start)}) are numbered from the "
+                         f"start and the {after:,} lines after them back from the end of the file (-1 is the "
+                         "last line: `tail -n N FILE | head -n 1` shows line -N), as the readers that read "
+                         "only the ends of a file this big number them", "info")
+
+
 class _Salvage:
     """Reads a decompressing stream in small steps, so that a stream cut
     short or corrupt gives up what came before the damage (a big read that
@@ -515,8 +539,7 @@ def _read_tail(handle, size: int, new_reader) -> "_Reader":
         reader = new_reader()
         tail_start = _line_start_after(handle, max(0, size - window))
         if tail_start <= head_end:
-            handle.seek(0)
-            _read_stream(handle.read, reader)
+            _read_whole(handle, size, reader)
             return reader
         head_lines, tail_start, tail_lines = _read_ends(handle, size, head_end, tail_start, reader)
         short = reader.short_in_tail()
@@ -626,18 +649,20 @@ def _amount(size: int) -> str:
 def _search_back(handle, head_end: int, tail_start: int, tail_lines: int, reader: "_Reader") -> tuple[int, int, int]:
     """Walk the middle backwards, chunk by chunk, for the newest call of each
     (process, communicator pointer) and each process whose newest known call
-    is older than the tail, and for the init of each communicator the tail
-    uses whose init was not seen. Needles are `comm <pointer> [nranks=`,
-    `host:pid:` and `comm <pointer> rank `; the search for a call stops at
-    its floor, the line of the newest call or init already known.
+    is older than the tail, and for the init lines the head and tail did not
+    show (`_Reader.init_targets`, `_find_inits`). Needles are
+    `comm <pointer> [nranks=`, `host:pid:` and `- Init `; the search for a
+    call stops at its floor, the line of the newest call or init already
+    known; the search for a process's inits at its first NCCL line. At most
+    one scan of the middle, whatever the number of processes.
     Returns (calls found, init lines found, bytes read)."""
     by_comm, by_proc = reader.targets()
-    by_init = reader.init_targets()
+    by_init, unnamed = reader.init_targets()
     found = inits = 0
     hops: collections.Counter = collections.Counter()
     end, after = tail_start, tail_lines   # `end` starts a line; `after` lines start at or after it
     walked = 0
-    while end > head_end and (by_comm or by_proc or by_init):
+    while end > head_end and (by_comm or by_proc or by_init or unnamed):
         start = max(head_end, end - CHUNK)
         handle.seek(start)
         chunk = handle.read(end - start)
@@ -696,36 +721,65 @@ def _search_back(handle, head_end: int, tail_start: int, tail_lines: int, reader
                                       "parse with full=True", "info")
                     del by_proc[key]
                 at = line_start
-        for ptr, keys in list(by_init.items()):
-            inits += _find_inits(chunk, first_line, ptr, keys, reader)
-            if not keys:
-                del by_init[ptr]
+        if by_init or unnamed:
+            inits += _find_inits(chunk, first_line, by_init, unnamed, reader)
     return found, inits, walked
 
 
-def _find_inits(chunk: bytes, first_line: int, ptr: bytes, keys: set, reader: "_Reader") -> int:
-    """The newest init line of `ptr` in `chunk` for each process in `keys`
-    (found ones leave `keys`), fed to the reader with the lines of its init
-    sequence before it (Init START, topology) that the chunk holds."""
-    needle = b"comm " + ptr + b" rank "
+_INIT_POINTER = lazy.regex(rb"comm (0x[0-9a-fA-F]+) rank ")
+_INIT_BACK = 256 << 10  # how far back an init sequence without its Init START is read
+
+
+def _find_inits(chunk: bytes, first_line: int, by_init: dict, unnamed: set, reader: "_Reader") -> int:
+    """Init lines in `chunk`, newest first, by one C-speed search for
+    `- Init `: for each pointer of `by_init` ({pointer: {process}}) the
+    newest of each of its processes (found ones leave it); for each
+    process of `unnamed` (none of its init lines seen: the head held other
+    output) every one, until its first NCCL line (`Bootstrap : Using`, which
+    NCCL prints once per process, before any init) shows nothing of it is
+    older. Each is fed to the reader with the lines of its init sequence
+    before it (Init START, topology) that the chunk holds. Returns the
+    lines fed."""
     fed = 0
+    fed_from: dict[bytes, int] = {}  # process → where the oldest of its sequences found in this chunk starts
+    sequences: list[tuple[int, int, bytes]] = []
+    first_lines: dict[bytes, int] = {}  # process of `unnamed` → where its Bootstrap line starts in this chunk
     at = len(chunk)
-    while keys:
-        at = chunk.rfind(needle, 0, at)
+    while len(first_lines) < len(unnamed):
+        at = chunk.rfind(b"Bootstrap", 0, at)
         if at < 0:
-            return fed
+            break
+        line_start = chunk.rfind(b"\n", 0, at) + 1
+        line = chunk[line_start:chunk.find(b"\n", at)]
+        at = line_start
+        key = _owner_key(line)
+        if key in unnamed and key not in first_lines and _BOOTSTRAP.search(line):
+            first_lines[key] = line_start
+    at = len(chunk)
+    while by_init or unnamed:
+        at = chunk.rfind(b"- Init ", 0, at)
+        if at < 0:
+            break
         line_start = chunk.rfind(b"\n", 0, at) + 1
         line_end = chunk.find(b"\n", at)
         line_end = len(chunk) if line_end < 0 else line_end
+        at = line_start
         line = chunk[line_start:line_end]
-        key = next((k for k in keys if k + b":" in line), None)
-        if key is None or b"- Init " not in line:
-            at = line_start
+        key, ptr = _owner_key(line), _INIT_POINTER.search(line)
+        if key is None or ptr is None or line_start >= fed_from.get(key, len(chunk) + 1):
+            continue  # not an init line, or one of a sequence already fed
+        ptr = ptr.group(1)
+        by_pointer = key in by_init.get(ptr, ())
+        if not (by_pointer or key in unnamed and line_start > first_lines.get(key, -1)):
             continue
-        keys.discard(key)
-        # The init sequence: back to this pointer's Init START (or 256 KiB)
+        if by_pointer:
+            by_init[ptr].discard(key)
+            if not by_init[ptr]:
+                del by_init[ptr]
+        # The init sequence: back to this pointer's Init START (or _INIT_BACK)
         # on this process, then forward, without calls (already known).
-        begin = max(0, line_start - (256 << 10))
+        needle = b"comm " + ptr + b" rank "
+        begin = max(0, line_start - _INIT_BACK)
         start_at = chunk.rfind(needle, begin, line_start)
         while start_at >= 0:
             start_line = chunk.rfind(b"\n", 0, start_at) + 1
@@ -736,13 +790,31 @@ def _find_inits(chunk: bytes, first_line: int, ptr: bytes, keys: set, reader: "_
             start_at = chunk.rfind(needle, begin, start_line)
         else:
             begin = chunk.find(b"\n", begin) + 1 if begin else 0
+        begin = max(begin, first_lines.get(key, 0))
+        sequences.append((begin, line_end, key))
+        fed_from[key] = begin
+    for key, line_start in first_lines.items():
+        unnamed.discard(key)
+        # its identity lines before its inits (addresses, version), unless an init sequence took them
+        taken = fed_from.get(key, len(chunk))
+        if taken > line_start:
+            stop = chunk.rfind(b"\n", line_start, min(taken, line_start + _INIT_BACK))
+            if stop < 0:  # the chunk's last line, or one longer than the window: the Bootstrap line alone
+                stop = chunk.find(b"\n", line_start)
+            sequences.append((line_start, len(chunk) if stop < 0 else stop, key))
+    for begin, line_end, key in sorted(sequences):  # in file order, as a forward read meets them
         number = first_line + chunk.count(b"\n", 0, begin)
         for offset, text in enumerate(chunk[begin:line_end].split(b"\n")):
             if key + b":" in text and b": opCount " not in text:
                 reader.feed_older(text, number + offset)
                 fed += 1
-        at = line_start
     return fed
+
+
+def _owner_key(line: bytes) -> bytes | None:
+    """The `host:pid` of an NCCL line, or None."""
+    found = _prefix(line)
+    return line[found.start("host"):found.end("pid")] if found is not None else None
 
 
 def _line_start_before(handle, pos: int, floor: int) -> int:
@@ -1287,6 +1359,7 @@ class _Reader:
         self.last_line = 0       # set by _chunks
         self.line_seen = 0
         self.tail_first = 0      # tail mode: the first line of the tail
+        self.counted_lines = 0   # a whole file whose later lines are numbered from its end: its lines
         self.bad = self.bad_last = 0
         self.long = self.long_last = 0
         self.history: dict[tuple, list] = {}      # (process, pointer) → [(line, group, shared)]
@@ -1557,17 +1630,19 @@ class _Reader:
         return [key for key, proc in self.procs.items()
                 if len(proc.recent) < COMM_WINDOW or proc.recent[0][0] < tail]
 
-    def init_targets(self) -> dict[bytes, set]:
-        """{pointer: {process}}: communicators the tail's calls use whose
-        init line was not seen, when the file has init lines at all."""
-        if not self.inits:
-            return {}
+    def init_targets(self) -> tuple[dict[bytes, set], set]:
+        """What the backward search looks for init lines of: {pointer:
+        {process}}, the communicators the calls read use whose init line was
+        not seen; and {process}, those none of whose init lines was seen
+        (the head held other output: a job's own prints before its first
+        communicator, a log reused by a restart), whose ranks and
+        communicators only their init lines state."""
         wanted: dict[bytes, set] = {}
         for key, proc in self.procs.items():
             for ptr in proc.by_comm:
                 if ptr.decode("ascii", "replace").lower() not in proc.inits:
                     wanted.setdefault(ptr, set()).add(key)
-        return wanted
+        return wanted, {key for key, proc in self.procs.items() if not proc.inits}
 
     def targets(self) -> tuple[dict, dict]:
         """What the backward search looks for: {pointer: {process: floor}}
@@ -1624,7 +1699,9 @@ class _Reader:
 
     def finish(self) -> None:
         facts = self.facts
-        if not self.tail_first:
+        if self.counted_lines:
+            facts.lines_read = self.counted_lines
+        elif not self.tail_first:
             facts.lines_read = self.last_line
         self.inits.sort(key=lambda init: init.line)
         world = max((init.nranks for init in self.inits), default=0)

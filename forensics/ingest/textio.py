@@ -270,6 +270,36 @@ MIDDLE_WINDOW = 4096           # bytes kept around each hit (a block format's li
 LATE_SCAN_BYTES = 1 << 20      # of a bigger file, this much before its tail is searched for the last hits
 
 
+# How a big plain text file's lines are cited, by every reader of it. A reader that reads only the
+# ends of such a file (the c10d reader: torchlog.BIG_FILE, BIG_HEAD) cannot count the lines of its
+# middle, so it numbers the whole lines of its first BIG_TEXT_HEAD bytes from 1 and every later line
+# back from the end (-1 is the last). A reader that reads all of the file numbers it the same way
+# (`cited_head_lines`), so that a line two readers quote is one line in the merge, not two.
+BIG_TEXT = 16 << 20
+BIG_TEXT_HEAD = 256 << 10
+
+
+def cited_head_lines(handle, size: int) -> tuple[int, int] | None:
+    """For a plain file of `size` bytes open in `handle` (binary, seekable):
+    None when its lines are numbered from 1 throughout (size up to
+    BIG_TEXT); else (the byte where lines counted back from the end start,
+    how many lines start there or later), counted with C-speed byte counts.
+    The handle's position is left anywhere."""
+    if size <= BIG_TEXT:
+        return None
+    handle.seek(0)
+    start = handle.read(BIG_TEXT_HEAD).rfind(b"\n") + 1
+    handle.seek(start)
+    lines, last = 0, b"\n"
+    while True:
+        block = handle.read(min(_STEP * 8, size - handle.tell()))
+        if not block:
+            break
+        lines += block.count(b"\n")
+        last = block[-1:]
+    return start, lines + (last != b"\n")
+
+
 def read_ends(path: str, markers: tuple[bytes, ...] = (), size: int = HEAD_BYTES) -> tuple[bytes, bytes, bytes]:
     """(head, middle, tail) of a file, decompressed: its first `size` bytes,
     windows around the lines of its middle that hold one of `markers` (first
