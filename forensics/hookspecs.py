@@ -50,6 +50,12 @@ def forensics_sniff(path: str, head: bytes) -> str | None:
     c10d lines and NCCL lines side by side, and each reader takes its own
     (and counts the others as read, not as unrecognized). Sniff by content
     where you can: users name files anything.
+
+    Precedence is pluggy's order, never one reader asking another's
+    sniffer: `tryfirst` claims are listed first, and a `wrapper=True`
+    implementation receives at its `yield` the list of kinds claimed and
+    returns the list that stands. The message catalogue's reader is such
+    a wrapper (`trylast`: the innermost), claiming what no log reader did.
     """
 
 

@@ -181,8 +181,11 @@ def test_an_oom_kill_of_a_rank_past_the_head_of_the_kernel_log_is_found(tmp_path
 
 def test_a_kernel_log_that_opens_with_a_catalogued_line_is_read_once(tmp_path):
     head = (OOM + _kernel_lines(3)).encode()
-    assert statements.sniff("dmesg.txt", head) == statements.KIND
-    assert procstate.sniff("dmesg.txt", head) is None
+    assert procstate.sniff_kernel_log("dmesg.txt", head) == procstate.KERNEL_LOG  # a kernel log by its shape,
+    # which its hook leaves to the statements reader, whose claim it sees
+    assert Plugins(autoload=False).each("forensics_sniff", path="dmesg.txt", head=head) == [statements.KIND]
+    assert Plugins(autoload=False).each("forensics_sniff", path="dmesg.txt", head=_kernel_lines(3).encode()) \
+        == [procstate.KERNEL_LOG]
     folder = capture(tmp_path)
     (folder / "dmesg.txt").write_bytes(head)
     report = analyze(folder)
@@ -195,7 +198,8 @@ def test_a_kernel_log_that_opens_with_a_catalogued_line_is_read_once(tmp_path):
     ("train.log", _kernel_lines(3)),
 ])
 def test_only_kernel_logs_are_claimed(name, text):
-    assert procstate.sniff(name, text.encode()) is None
+    assert procstate.sniff_kernel_log(name, text.encode()) is None
+    assert procstate.KERNEL_LOG not in Plugins(autoload=False).each("forensics_sniff", path=name, head=text.encode())
 
 
 @pytest.mark.parametrize("first", [
@@ -205,7 +209,7 @@ def test_only_kernel_logs_are_claimed(name, text):
     "<6>[   12.345678] NVRM: loading NVIDIA UNIX x86_64 Kernel Module",
 ])
 def test_the_kernel_logs_time_formats_are_claimed(first):
-    assert procstate.sniff("node3.dmesg.txt", (first + "\n").encode()) == procstate.KERNEL_LOG
+    assert procstate.sniff_kernel_log("node3.dmesg.txt", (first + "\n").encode()) == procstate.KERNEL_LOG
 
 
 def test_a_proc_file_that_ties_to_no_rank_says_so(tmp_path):

@@ -26,7 +26,8 @@ searched whole for the message catalogue's kernel lines (OOM kills,
 segfaults, NVIDIA Xid errors) by the statements reader's search. That
 reader claims a text file only when its first 64 KiB hold such a line; a
 kernel log whose first lines are ordinary is claimed here, so a line past
-them is still found, and a log with none is read, not skipped.
+them is still found, and a log with none is read, not skipped. (The claim
+here is a wrapper of `forensics_sniff` that sees the statements reader's.)
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from ..model import Artifact, Evidence, ProcessRecord
 from . import jsonwalk, statements
 from .attribution import rank_from_path
 from .facts import Facts
-from .reader import reader_hooks
+from .reader import reader_hooks, yielding_sniff
 from .textio import InputError, has_nul, looks_binary, read_document
 
 KIND = "proc-state"
@@ -57,13 +58,19 @@ _PROC_SHAPE = re.compile(rb'^\s*\{\s*"pid"\s*:\s*\d+\s*,\s*"status"\s*:\s*\{')
 
 
 def sniff(path: str, head: bytes) -> str | None:
+    """A collector's proc.json by its shape."""
     if not head or has_nul(head):
         return None
-    if _PROC_SHAPE.match(head):
-        return KIND
-    if _kernel_log(path, head) and not statements.sniff(path, head):
-        return KERNEL_LOG  # one whose head holds a catalogued line is the statements reader's already
-    return None
+    return KIND if _PROC_SHAPE.match(head) else None
+
+
+def sniff_kernel_log(path: str, head: bytes) -> str | None:
+    """A kernel log by its name and its first line's time. The hook claims
+    it only when the statements reader did not (its head holds a
+    catalogued line: the statements reader's search reads it whole)."""
+    if not head or has_nul(head):
+        return None
+    return KERNEL_LOG if _kernel_log(path, head) else None
 
 
 # ------------------------------------------------------------------ rank<R>.proc.json
@@ -174,3 +181,5 @@ def parse_kernel_log(artifact: Artifact) -> Facts:
 
 forensics_sniff, forensics_parse = reader_hooks(
     {KIND: lambda artifact: parse(artifact.path, artifact.display), KERNEL_LOG: parse_kernel_log}, sniff)
+# a second `forensics_sniff`: an ordinary wrapper, outside the statements reader's (innermost), so it sees its claim
+forensics_sniff_kernel_log = yielding_sniff(sniff_kernel_log, frozenset({statements.KIND}))

@@ -4,9 +4,10 @@ A user's folder often holds only fragments — WARN lines pasted from three
 hosts, one rank's stderr, a traceback — in files no structured reader
 claims, or whose decisive line sits where a structured reader does not look.
 This reader claims every other text file whose head holds a line the
-catalogue (rules/messages/) knows (the NCCL and c10d log readers look up the
-lines they read themselves), finds every such line in the file with one search
-per file, and records each as a `MessageHit`, tagged with the process that
+catalogue (rules/messages/) knows (the NCCL, c10d and RAS readers look up the
+lines they read themselves; its sniffer is the innermost wrapper of
+`forensics_sniff`, which sees what they claimed), finds every such line in
+the file with one search per file, and records each as a `MessageHit`, tagged with the process that
 printed it as far as the line's prefixes say: a launcher's `[rank3]:` or
 `[default3]:`, Ray's `(pid=N)`, NCCL's `host:pid:tid [dev]`, or the rank in
 the file's name. What the lines mean is decided by rules (rules/stated_cause.py).
@@ -22,7 +23,7 @@ from .attribution import STRONG, path_rank
 from .facts import Facts
 from . import gdb, nccl, ncclras, pyspy, pystack, torchlog
 from .nccl import _PREFIX as _NCCL_PREFIX
-from .reader import markers_hook, reader_hooks
+from .reader import markers_hook, reader_hooks, yielding_sniff
 from .textio import (STREAM_ERRORS, InputError, compression, file_size, has_nul, looks_binary, open_binary,
                      read_at_most)
 from .torchlog import _ANSI, _OUTER
@@ -34,19 +35,19 @@ KEEP_PER_ENTRY = 32      # hits of one entry kept per file: the first and the la
 MAX_LINE = 64 * 1024
 
 
+# Kinds whose readers run the catalogue over the lines they read themselves (a second pass over a
+# big log would cost more than the log's own parse), or whose lines are frames that name
+# functions, not messages (a console with a dump pasted at its head is still searched where its
+# log is: each sample of a file is asked about on its own).
+LEFT_TO_THEIR_READERS = frozenset({nccl.KIND, torchlog.KIND, ncclras.KIND, gdb.KIND, pyspy.KIND, pyspy.KIND_JSON,
+                                   pystack.KIND})
+
+
 def sniff(path: str, head: bytes) -> str | None:
-    """Text files holding a catalogued line that neither the NCCL nor the
-    c10d log reader claims, nor the NCCL RAS report reader: those run the
-    catalogue over the lines they read themselves, at no second pass over
-    a big log. Nor a stack dump (gdb, py-spy, pystack): its frames name
-    functions, not messages (asked about each sample of a file, so a console
-    with a dump pasted at its head is still searched where its log is)."""
+    """A text file holding a catalogued line. The hook claims it only when no
+    reader of LEFT_TO_THEIR_READERS did (`forensics_sniff` below)."""
     if has_nul(head) or looks_binary(head) or path.endswith((".py", ".pyi")):
         return None  # Python source quotes these messages as literals: a script, not what a run printed
-    if nccl.sniff(path, head) or torchlog.sniff(path, head) or ncclras.sniff(path, head):
-        return None
-    if gdb.sniff(path, head) or pyspy.sniff(path, head) or pystack.sniff(path, head):
-        return None
     return KIND if messages.catalogue().mentions(head.decode("utf-8", "replace")) else None
 
 
@@ -193,7 +194,8 @@ def _prefixes(line: str, labels: bool = False) -> tuple[int | None, int | None, 
     return rank, local_rank, host, pid, body
 
 
-forensics_sniff, forensics_parse = reader_hooks({KIND: parse}, sniff)
+_, forensics_parse = reader_hooks({KIND: parse}, sniff)
+forensics_sniff = yielding_sniff(sniff, LEFT_TO_THEIR_READERS, innermost=True)
 forensics_sniff_markers = markers_hook((b"Connection closed by peer", b"Timed out", b"timed out", b"CUDA error",
                                         b"out of memory", b"Killed process", b"Stalled", b"Missing ranks", b"Gloo",
                                         b"gloo", b"collective", b"signal ", b"Signal ", b"ncclInternalError",
