@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from forensics import messages
+from forensics import messages, messages_match
 from forensics.cli import main
 from forensics.model import Artifact
 
@@ -204,11 +204,11 @@ def test_mentions_finds_every_literal_wherever_it_stands_and_nothing_else():
 
 
 def test_each_anchor_is_a_tail_of_its_literal_starting_where_text_is_thin():
-    assert messages._anchor("wait timeout after ") == " timeout after "  # all common: the first non-letter
-    assert messages._anchor("Watchdog caught collective") == "Watchdog caught collective"
-    assert messages._anchor("connect to rank NCCL") == "NCCL"  # the first capital, four characters kept
-    assert messages._anchor("exceeded error retry count") == "xceeded error retry count"  # x is uncommon
-    assert messages._anchor(".h:") == ".h:"  # short: itself
+    assert messages_match._anchor("wait timeout after ") == " timeout after "  # all common: the first non-letter
+    assert messages_match._anchor("Watchdog caught collective") == "Watchdog caught collective"
+    assert messages_match._anchor("connect to rank NCCL") == "NCCL"  # the first capital, four characters kept
+    assert messages_match._anchor("exceeded error retry count") == "xceeded error retry count"  # x is uncommon
+    assert messages_match._anchor(".h:") == ".h:"  # short: itself
     for literal in messages.catalogue()._by_literal:
-        tail = messages._anchor(literal)
-        assert literal.endswith(tail) and len(tail) >= min(len(literal), messages._ANCHOR_MIN)
+        tail = messages_match._anchor(literal)
+        assert literal.endswith(tail) and len(tail) >= min(len(literal), messages_match._ANCHOR_MIN)
