@@ -7,7 +7,15 @@ while the others wait in all_reduce is named past --stuck-after and "not a
 hang yet" below it; a long computation that ends inside the window and a
 job that progresses slowly are healthy. CPU time alone never makes a rank
 "moved". GPU utilisation and power come from nvidia-smi where it exists (a
-fake one this test writes), and its absence is said."""
+fake one this test writes), and its absence is said.
+
+The same four through `forensics watch` with the in-job agent
+(`torchrun -m forensics.agent`, the job's own TCPStore): the spinning and
+the sleeping rank are named past --stuck-after with their place, by the
+same reader and in the same words as collect's; the long computation and
+the slow job raise no alarm. `forensics analyze` of a verdict's folder
+(snapshot, window and stack dumps) judges it again the same way, with
+--stuck-after meaning what it means for a collected folder."""
 
 from __future__ import annotations
 
@@ -17,6 +25,7 @@ import re
 import stat
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -24,7 +33,8 @@ from forensics.ingest import progress as reader
 from forensics.live import collect as live
 
 from conftest import CORPUS
-from test_collect import Job, _alive_and_running, needs_job
+from test_collect import Job, _alive_and_running, _port, needs_job
+from test_watch import Watcher
 
 JOBS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs")
 SCRIPT = os.path.join(JOBS, "train_stalls.py")
@@ -185,8 +195,8 @@ def _fr_env(tmp_path) -> dict:
 def stall_job(tmp_path):
     jobs = []
 
-    def start(nproc, *extra):
-        job = Job(tmp_path, "", nproc, *extra, env=_fr_env(tmp_path), script=SCRIPT)
+    def start(nproc, *extra, **options):  # options: Job's (agent=[] and port= for the in-job agent)
+        job = Job(tmp_path, "", nproc, *extra, env=_fr_env(tmp_path), script=SCRIPT, **options)
         jobs.append(job)
         return job
     yield start
@@ -329,3 +339,123 @@ def test_a_damaged_progress_file_is_read_as_far_as_it_goes(tmp_path):
     path.write_text('{"schema": "forensics.progress/3", "ranks": {}}')
     with pytest.raises(reader.InputError, match="not a forensics.progress/2"):
         reader.parse(str(path), "progress.json")
+
+
+# ------------------------------------------------------------------ the same jobs through `forensics watch`
+
+def _watched(stall_job, tmp_path, *extra, stuck_after, watch_args=()):
+    """A 3-rank stall job with the agent publishing to its own TCPStore, past
+    its warm-up, and `forensics watch` on that store."""
+    port = _port()
+    job = stall_job(3, *extra, agent=[], port=port)
+    ranks = job.wait_for("warm-up done")
+    watcher = Watcher(tmp_path, f"tcpstore://127.0.0.1:{port}", 3, "--stuck-after", str(stuck_after), *watch_args)
+    return job, ranks, watcher
+
+
+def _judged(watcher) -> dict | None:
+    """The states the watcher judged last (current/snapshot.json), once written."""
+    try:
+        return json.loads((watcher.out / "current" / "snapshot.json").read_text())["ranks"]
+    except (OSError, ValueError):
+        return None
+
+
+def _no_progress(report) -> str:
+    [signal] = [s for s in report["decided_by"] if s["kind"] == "no_progress"]
+    return signal["detail"]
+
+
+def _judged_again(folder, detail, busy):
+    """`forensics analyze` of a verdict's folder reads its snapshot, window and
+    stack dumps together and judges as the watcher did; below a threshold the
+    window does not pass, it is not a hang yet, as for a collected folder."""
+    proc = _cli("analyze", folder, "-f", "json")
+    again = json.loads(proc.stdout)
+    assert proc.returncode == 1 and (again["verdict"], again["culprit_ranks"]) == ("missing_rank", [1]), proc.stderr
+    assert _no_progress(again) == detail
+    assert {"snapshot", "collect-progress", "py-spy"} <= {r["kind"] for r in again["read"]}, again["read"]
+    assert again["ranks"]["1"]["evidence"]["path"] == "stacks/rank1.pyspy.txt", again["ranks"]["1"]  # its dump
+    proc = _cli("analyze", folder, "--stuck-after", "600", "-f", "json")
+    below = json.loads(proc.stdout)
+    assert proc.returncode == 0 and below["verdict"] == "healthy" and not below["decided_by"], below["verdict"]
+    note = next(d["message"] for d in below["diagnostics"] if d["message"].startswith("not a hang yet"))
+    assert re.match(rf"not a hang yet: rank 0, 2 waited in all_reduce for [\d.]+ s without moving: rank 1 {busy}; "
+                    r"stuck only past 600 s \(analyze --stuck-after\): look again in \d+ s", note), note
+
+
+@needs_job
+def test_watch_names_a_spinning_rank_past_stuck_after_with_its_place(stall_job, tmp_path):
+    job, ranks, watcher = _watched(stall_job, tmp_path, "--stall", "spin", stuck_after=4)
+    code, out, err = watcher.finish(120)
+    report = json.loads(out)
+    assert code == 1 and (report["verdict"], report["culprit_ranks"]) == ("missing_rank", [1]), err[-2000:]
+    busy = r"kept busy in (decode_batch|_decode_record) \(train_stalls.py:\d+\)"
+    detail = _no_progress(report)
+    assert re.match(rf"rank 1 {busy} for [\d.]+ s while 0, 2 waited in all_reduce \(", detail), detail
+    assert "stuck after 4 s: --stuck-after" in detail
+    folder = watcher.out / "hang-1"
+    window = json.loads((folder / "snapshots" / "progress.json").read_text())
+    assert window["seconds"] >= 4 and window["stuck_after_s"] == 4
+    spinner = window["ranks"]["1"]
+    assert spinner["activity"]["cpu_s"] > 0.5 and spinner["moved"] is False  # CPU time is not progress
+    assert [window["ranks"][r]["waiting_in"] for r in ("0", "2")] == ["all_reduce", "all_reduce"]
+    assert watcher.verdict()["judged_stuck"] is True and watcher.verdict()["root_cause_rank"] == 1
+    _judged_again(folder, detail, busy)
+    _alive_and_running(ranks.values())
+
+
+@needs_job
+def test_watch_names_a_sleeping_rank_past_stuck_after_with_its_place(stall_job, tmp_path):
+    job, ranks, watcher = _watched(stall_job, tmp_path, "--stall", "sleep", stuck_after=4)
+    code, out, err = watcher.finish(120)
+    report = json.loads(out)
+    assert code == 1 and (report["verdict"], report["culprit_ranks"]) == ("missing_rank", [1]), err[-2000:]
+    busy = rf"stayed idle in fetch_remote_shard \(train_stalls.py:{_line('fetch_remote_shard') + 2}\)"
+    detail = _no_progress(report)
+    assert re.match(rf"rank 1 {busy} for [\d.]+ s while 0, 2 waited in all_reduce \(", detail), detail
+    window = json.loads((watcher.out / "hang-1" / "snapshots" / "progress.json").read_text())
+    assert window["ranks"]["1"]["idle"] is True and window["ranks"]["1"]["moved"] is False
+    _judged_again(watcher.out / "hang-1", detail, busy)
+    _alive_and_running(ranks.values())
+
+
+@needs_job
+def test_watch_raises_no_alarm_for_a_long_computation_that_ends_inside_the_window(stall_job, tmp_path):
+    release = tmp_path / "release"
+    job, ranks, watcher = _watched(stall_job, tmp_path, "--stall", "long_eval", "--eval-s", "600",
+                                   "--release-file", str(release), stuck_after=10, watch_args=("--timeout", "30"))
+    deadline = time.time() + 60
+    while not ((_judged(watcher) or {}).get("0", {}).get("current_op") == "all_reduce"
+               and _judged(watcher).get("2", {}).get("current_op") == "all_reduce"):
+        assert time.time() < deadline and watcher.proc.poll() is None, "the watcher never saw ranks 0, 2 wait"
+        time.sleep(0.2)
+    seen = _judged(watcher)
+    assert seen["1"]["current_op"] == "compute", seen  # rank 1 evaluates while the others wait for it
+    waiting_since = time.time()
+    while time.time() < waiting_since + 6:  # the evaluation goes on for most of the 10 s window
+        assert job.proc.poll() is None and watcher.proc.poll() is None
+        time.sleep(0.2)
+    release.write_text("go")
+    job.wait_for("step 3 ")
+    code, out, err = watcher.finish(60)
+    assert code == 0 and out == "" and not list(watcher.out.glob("hang-*")), (out, err[-2000:])
+    assert not (watcher.out / "current" / "progress.json").exists()  # never judged stuck
+
+
+@needs_job
+def test_watch_raises_no_alarm_for_a_job_that_progresses_slowly(stall_job, tmp_path):
+    job, ranks, watcher = _watched(stall_job, tmp_path, "--stall", "none", "--step-s", "0.8", stuck_after=3,
+                                   watch_args=("--timeout", "20"))
+    seqs = set()
+    deadline = time.time() + 60
+    while len(seqs) < 3:  # the waits published and judged, each at a later call: progress by position
+        assert time.time() < deadline and watcher.proc.poll() is None, seqs
+        state = (_judged(watcher) or {}).get("0", {})
+        if state.get("current_op") == "all_reduce":
+            seqs.add(state["op_seq"])
+        time.sleep(0.1)
+    code, out, err = watcher.finish(60)
+    assert code == 0 and out == "" and not list(watcher.out.glob("hang-*")), (out, err[-2000:])
+    assert not (watcher.out / "current" / "progress.json").exists()
+    assert job.proc.poll() is None

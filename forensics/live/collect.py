@@ -923,40 +923,56 @@ def _collective_timeout_s(rounds: list[dict]) -> float | None:
 
 def _write_progress(out: str, ranks: list[Rank], rounds: list[dict], interval: float,
                     stuck_after: float | None = None) -> None:
-    """Each rank's position in every round and whether it moved: its main
-    stack beyond one loop's lines, its Flight Recorder's sequence numbers
-    (where dumps were requested), new output of its own. CPU time and the
-    main thread's wakeups are kept as its activity, never as progress: a
-    polling wait, a spinning NCCL kernel and a busy loop all burn CPU."""
-    first, last = rounds[0]["ranks"], rounds[-1]["ranks"]
+    """collect's progress.json: the rounds judged by `progress_document`."""
+    data = progress_document([(r.rank, r.proc.pid) for r in ranks], rounds, interval, stuck_after)
+    _write_json(os.path.join(out, "progress.json"), data)
+
+
+def progress_document(ranks: list[tuple[int, int | None]], rounds: list[dict], interval: float,
+                      stuck_after: float | None = None) -> dict:
+    """progress.json (forensics.progress/2) from rounds of what each rank
+    showed, as collect and watch both write it, so that one reader
+    (forensics/ingest/progress.py) judges "hung or slow" for both: whether
+    each rank moved, by its main stack beyond one loop's lines, its Flight
+    Recorder's sequence numbers (where dumps were requested), new output of
+    its own. CPU time and the main thread's wakeups are kept as its
+    activity, never as progress: a polling wait, a spinning NCCL kernel and
+    a busy loop all burn CPU. A round's rank carries `stack` (a fingerprint,
+    "" when no dump was taken), `position` (stack_position's), and where
+    read, `threads` (CPU ticks), `switches`, `output` and `fr`; a rank is
+    judged from the first to the last round that has a stack for it."""
     per_rank = {}
-    for r in ranks:
-        a, b = first.get(r.rank), last.get(r.rank)
-        if a is None or b is None or not a["stack"] or not b["stack"]:
+    for rank, pid in ranks:
+        seen = [rd["ranks"][rank] for rd in rounds if rd["ranks"].get(rank, {}).get("stack")]
+        if len(seen) < 2:
             continue
-        cpu = sum(b["threads"].get(t, 0) - v for t, v in a["threads"].items() if t in b["threads"])
-        stacks = [rd["ranks"].get(r.rank, {}).get("stack", "") for rd in rounds]
+        a, b = seen[0], seen[-1]
+        measured = [s for s in seen if "threads" in s]  # watch places a rank in a call by its agent: no CPU
+        cpu = sum(measured[-1]["threads"].get(t, 0) - v for t, v in measured[0]["threads"].items()
+                  if t in measured[-1]["threads"]) if len(measured) >= 2 else 0
+        stacks = [s["stack"] for s in seen]
         # each py-spy dump itself wakes the main thread about twice (ptrace stops)
-        switches = max(0, _delta(a["switches"], b["switches"]) - DUMP_SWITCHES * (len(rounds) - 1))
-        output = _delta(a["output"], b["output"])
+        switches = max(0, _delta(a.get("switches"), b.get("switches")) - DUMP_SWITCHES * (len(seen) - 1))
+        output = _delta(a.get("output"), b.get("output"))
         # The Flight Recorder's position: a call that started or finished
         # between two rounds moves it, whatever the stack sampled.
-        positions = [p for p in (rd["ranks"].get(r.rank, {}).get("fr") for rd in rounds) if p is not None]
+        positions = [p for p in (rd["ranks"].get(rank, {}).get("fr") for rd in rounds) if p is not None]
         fr_changed = len({json.dumps(_fr_key(p), sort_keys=True) for p in positions}) > 1 \
             if len(positions) >= 2 else None
-        places = [rd["ranks"].get(r.rank, {}).get("position") for rd in rounds]
+        places = [rd["ranks"].get(rank, {}).get("position") for rd in rounds]
         judged = judge_positions(places)
         if not any(places):  # no dump could be read: the fingerprints are all there is
             judged["stack_moved"] = len(set(stacks)) > 1
         moved = judged["stack_moved"] or output > 0 or bool(fr_changed)
         ticks = max(1, os.sysconf("SC_CLK_TCK"))
-        per_rank[str(r.rank)] = {"pid": r.proc.pid, "moved": moved, "stack_changed": len(set(stacks)) > 1,
-                                 **judged, "flight_recorder_changed": fr_changed,
-                                 "flight_recorder": positions[:1] + positions[1:][-1:],  # first, last
-                                 "output_bytes": output,
-                                 "activity": {"cpu_s": round(cpu / ticks, 2), "main_thread_wakeups": switches},
-                                 "main_thread_wakeups": switches, "cpu_ticks": cpu,
-                                 "positions": places}
+        per_rank[str(rank)] = {"pid": pid, "moved": moved, "stack_changed": len(set(stacks)) > 1,
+                               **judged, "flight_recorder_changed": fr_changed,
+                               "flight_recorder": positions[:1] + positions[1:][-1:],  # first, last
+                               "output_bytes": output,
+                               "activity": {"cpu_s": round(cpu / ticks, 2), "main_thread_wakeups": switches}
+                               if len(measured) >= 2 else {},
+                               "main_thread_wakeups": switches, "cpu_ticks": cpu,
+                               "positions": places}
     timeout = _collective_timeout_s(rounds)
     if stuck_after is not None:
         threshold, source = stuck_after, "--stuck-after"
@@ -965,12 +981,11 @@ def _write_progress(out: str, ranks: list[Rank], rounds: list[dict], interval: f
     else:
         threshold, source = DEFAULT_STUCK_AFTER_S, "the default (no collective timeout known)"
     gpus = [rd.get("gpus") for rd in rounds if rd.get("gpus") is not None]
-    data = {"schema": PROGRESS_SCHEMA, "rounds": len(rounds),
+    return {"schema": PROGRESS_SCHEMA, "rounds": len(rounds),
             "seconds": round(rounds[-1]["time"] - rounds[0]["time"], 2), "interval_s": interval,
             "stuck_after_s": threshold, "stuck_after_from": source, "collective_timeout_s": timeout,
             "ranks": per_rank,
             "gpus": _gpu_summary(gpus)}
-    _write_json(os.path.join(out, "progress.json"), data)
 
 
 def _gpu_summary(rounds: list[dict]) -> dict | None:

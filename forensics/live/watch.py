@@ -5,9 +5,16 @@ engine as `analyze`.
 A cycle of waits among blocked ranks (an AND-knot), a mismatched collective
 or a rank that exited while others wait for it is a verdict at once. A rank
 the others wait for that is elsewhere, or silent, is reported once nothing
-changed for `stuck_after`: the watcher then judges two snapshots of the
-same states, one taken at the last change and one now, and the engine's
-own "no rank moved between two snapshots" is the evidence.
+changed for `stuck_after`. That judgment is forensics collect's, made by
+the same code: the watcher writes the window as a progress.json beside the
+snapshot (forensics.progress/2: each rank's position at the last change,
+halfway through the window and now) and the progress reader decides. Ranks
+in a call are placed by what their agents published; a rank in no call on
+this host is placed by a py-spy dump of its main thread halfway and at the
+end (its loop, or where it sleeps), with its CPU time and wakeups shown as
+activity, never as progress. So `forensics analyze` of a verdict's folder
+judges it the same way, and --stuck-after there means what it means for a
+collected folder.
 
 On a verdict the watcher writes OUT/hang-N/ (the snapshots it judged,
 report.json, report.html, verdict.json with the root-cause rank: the
@@ -25,6 +32,7 @@ snapshot states.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -38,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..ranges import compact
+from .collect import _fingerprint, _main_switches, _output_size, _proc_facts, progress_document, stack_position
 from .stores import BUCKETS, RANK_TTL_S, StoreDown, open_store, parse_store
 
 SNAPSHOT_SCHEMA = "forensics.snapshot/1"
@@ -48,6 +57,7 @@ MAX_TEXT = 300
 MAX_GROUP = 1 << 20
 IDLE_OPS = frozenset({"compute", "idle", "exited"})
 P2P_OPS = frozenset({"send", "recv"})
+MAX_SAMPLED = 8        # ranks in no call whose stacks place them in a stuck window (py-spy each)
 SUBSET_FROM = 512      # with more states than this, a change is first judged on the ranks it can involve
 QUIET_S = 0.25         # ... and every state together once no rank moved for this long,
 FULL_EVERY_S = 5.0     # or at least this often
@@ -478,6 +488,7 @@ class Watcher:
         self.moved_ranks: set[int] = set()  # ranks that moved since the last judgement
         self.full_due = False               # a part was judged alone: judge everything once changes pause
         self.last_full = 0.0
+        self.window: list[dict] = []        # rounds sampled since the last change (progress_document's)
 
     # -- the store
 
@@ -583,6 +594,7 @@ class Watcher:
         if moved:
             self.changed_at, self.changed_wall = time.monotonic(), time.time()
             self.judged_stuck_at = None
+            self.window = []
         return moved
 
     # -- judging
@@ -601,15 +613,83 @@ class Watcher:
         self.analyze(folder)
         shutil.rmtree(folder, ignore_errors=True)
 
-    def write_snapshots(self, folder: str, states: dict, stuck_since: float | None, part: bool = False) -> None:
+    def write_snapshots(self, folder: str, states: dict, window: dict | None, part: bool = False) -> None:
+        """snapshot.json, and with `window` (judged stuck) progress.json: what
+        forensics collect --snapshots writes, read by the same reader."""
         os.makedirs(folder, exist_ok=True)
         now = time.time()
         _write_text(os.path.join(folder, "snapshot.json"), snapshot_text(snapshot(states, now, part)))
-        earlier = os.path.join(folder, "snapshot-at-last-change.json")
-        if stuck_since is not None:
-            _write_text(earlier, snapshot_text(snapshot(states, stuck_since)))
-        elif os.path.exists(earlier):
-            os.remove(earlier)
+        path = os.path.join(folder, PROGRESS_FILE)
+        if window is not None:
+            _write_json(path, window)
+        elif os.path.exists(path):
+            os.remove(path)
+
+    # -- the window a stuck judgment covers
+
+    def sample(self) -> dict:
+        """One round of the window, as forensics collect takes it, of the
+        ranks of this host in no call (the ones the waiting ranks may wait
+        for, MAX_SAMPLED at most): a py-spy dump of each (read for its main
+        thread's position, then removed), its CPU time, its main thread's
+        wakeups and the size of its output. Ranks in a call are placed by
+        their agents' states instead (`window_document`)."""
+        here = socket.gethostname()
+        pyspy = find_pyspy(self.o.pyspy)
+        targets = [(rank, state["pid"]) for rank, state in sorted(self.states.items())
+                   if not is_blocked(state) and state.get("alive") is not False
+                   and state.get("current_op") != "exited" and _is_int(state.get("pid"))
+                   and state.get("host", here) == here][:MAX_SAMPLED]
+        folder = os.path.join(self.o.out, "window")
+        running = []
+        if pyspy is not None and targets:
+            os.makedirs(folder, exist_ok=True)
+            for rank, pid in targets:
+                try:
+                    proc = subprocess.Popen(pyspy_command(pyspy, pid), stdout=subprocess.PIPE,
+                                            stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+                                            start_new_session=True)
+                except OSError:
+                    continue
+                running.append((rank, proc))
+        dumps = {}
+        deadline = time.monotonic() + self.o.stack_timeout
+        for rank, proc in running:
+            try:
+                out, _ = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                _end(proc)
+                continue
+            if proc.returncode == 0 and out.strip():
+                dumps[rank] = out
+        ranks = {}
+        for rank, pid in targets:
+            facts = _proc_facts(pid)
+            seen = {"threads": {t: v["utime"] + v["stime"] for t, v in facts["threads"].items()}, "stack": "",
+                    "switches": _main_switches(pid), "output": _output_size(pid)}
+            if rank in dumps:
+                path = os.path.join(folder, STACK_FILE.format(rank=rank))
+                _write_text(path, dumps[rank].decode("utf-8", "replace"))
+                seen["stack"], seen["position"] = _fingerprint(path), stack_position(path)
+                os.remove(path)
+            ranks[rank] = seen
+        with contextlib.suppress(OSError):
+            os.rmdir(folder)
+        return {"time": time.time(), "ranks": ranks}
+
+    def window_document(self, states: dict[int, dict]) -> dict:
+        """progress.json of the window since the last change: its first round
+        the states at that change (no rank moved since, so they are today's),
+        then the rounds sampled; each rank in a call placed by its agent's
+        state in every round."""
+        rounds = [{"time": self.changed_wall, "ranks": {}}] + self.window
+        for round_ in rounds:
+            for rank, state in states.items():
+                if is_blocked(state):
+                    round_["ranks"][rank] = agent_round(state)
+        pids = [(rank, state.get("pid") if _is_int(state.get("pid")) else None)
+                for rank, state in sorted(states.items())]
+        return progress_document(pids, rounds, self.o.stuck_after / 2, self.o.stuck_after)
 
     def analyze(self, folder: str):
         from .. import analyze
@@ -668,7 +748,14 @@ class Watcher:
         from ..analysis import PROBLEM_VERDICTS
 
         states = dict(self.states) if part is None else {r: self.states[r] for r in part if r in self.states}
-        self.write_snapshots(self.current, states, self.changed_wall if stuck else None, part is not None)
+        window = None
+        if stuck:
+            if not self.window:  # nothing sampled halfway (the watcher came late): two rounds now
+                self.window.append(self.sample())
+            self.window.append(self.sample())
+            window = self.window_document(states)
+            self.window = []
+        self.write_snapshots(self.current, states, window, part is not None)
         report = self.analyze(self.current)
         if stuck:
             self.judged_stuck_at = time.monotonic()
@@ -716,7 +803,7 @@ class Watcher:
                                    "pid": (states.get(r) or {}).get("pid")} for r in report.culprit_ranks],
             "done": {str(r): s.get("done") for r, s in sorted(states.items()) if r in report.culprit_ranks},
             "detected_at": detected, "last_culprit_entered_at": last_entered, "latency_ms": verdict.latency_ms,
-            "judged_stuck": os.path.exists(os.path.join(folder, "snapshots", "snapshot-at-last-change.json")),
+            "judged_stuck": os.path.exists(os.path.join(folder, "snapshots", PROGRESS_FILE)),
             "stuck_after_s": self.o.stuck_after, "store": self.o.store, "world_size": self.o.world_size,
             "ranks_with_state": len(self.states), "ranks_judged": len(states),
             "stacks": [c.to_json() for c in captures],
@@ -778,6 +865,9 @@ class Watcher:
             blocked = bool(self.blocked)
             now = time.monotonic()
             stuck = blocked and now - self.changed_at >= self.o.stuck_after and self.judged_stuck_at is None
+            if blocked and not stuck and not self.window and self.judged_stuck_at is None \
+                    and now - self.changed_at >= self.o.stuck_after / 2:
+                self.window.append(self.sample())  # halfway: where the ranks in no call are
             due = self.full_due and (now - self.changed_at >= QUIET_S or now - self.last_full >= FULL_EVERY_S)
             if blocked and (moved or stuck or due):
                 verdict = self.judge_all() if due and not stuck else self.judge(stuck)
@@ -797,6 +887,25 @@ def watch(options: WatchOptions) -> list[Verdict]:
         raise ValueError(f"--world-size must be at least 1, not {options.world_size}")
     parse_store(options.store)
     return Watcher(options).run()
+
+
+PROGRESS_FILE = "progress.json"
+
+
+def agent_round(state: dict) -> dict:
+    """A rank in a call, as a round of progress_document: placed by its
+    agent's state (the call and the stack it published), which is the same
+    in every round of a window in which nothing moved."""
+    frames = []
+    for label in state.get("stack") or ():
+        function, _, where = label.rpartition(" (")
+        file, _, line = where.rstrip(")").rpartition(":")
+        frames.append([function or label, file, int(line) if line.isdigit() else 0])
+    op = state.get("current_op", "")
+    if not frames:  # no stack published: the call itself is the place
+        frames = [[op, "", 0]]
+    place = {"activity": "blocked", "op": op, "why": "", "frames": frames}
+    return {"stack": json.dumps([position(state), frames]), "position": place}
 
 
 def snapshot_text(value: dict) -> str:
