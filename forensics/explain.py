@@ -16,12 +16,18 @@ from .model import path_label
 from .once import Said
 from .rules._semantics import describe_op
 from .ranges import compact
+from .words import LANGS, lang_of, localized
 
-LANGS = ("en", "zh")
 MAX_EVIDENCE = 6
 RING_VERDICTS = ("missing_rank", "dead_rank", "network_fault")
 
-_HEADLINE = {
+def _by_lang(pairs: dict) -> dict:
+    """{key: (English, Chinese)} as one table per language: {lang: {key: words}}.
+    The pairs keep each sentence beside its translation."""
+    return {lang: {key: pair[index] for key, pair in pairs.items()} for index, lang in enumerate(LANGS)}
+
+
+_HEADLINE = _by_lang({
     "deadlock": ("Deadlock: ranks {ranks} wait on each other in a cycle ({cycle}).",
                  "死锁：Rank {ranks} 形成循环等待（{cycle}）。"),
     "cross_stream_cycle": ("Deadlock: CUDA streams of rank {ranks} wait on each other's events in a cycle "
@@ -38,11 +44,11 @@ _HEADLINE = {
     "network_fault": ("Network fault: every member joined but nothing completes; the first transport "
                       "error came from {who}.",
                       "网络故障：所有成员都已加入但通信无法完成；最早的传输错误来自 {who}。"),
-}
+})
 
 # Verdicts read from what a message states (rules/stated_cause.py): the
 # rank states behind the generic headlines may be unknown.
-_STATED_HEADLINE = {
+_STATED_HEADLINE = _by_lang({
     "stated-network-fault": ("Network fault: the transport to {who} failed, as the logs state.",
                              "网络故障：日志表明通往 {who} 的传输失败。"),
     "stated-peer-gone": ("Dead peer: {who} went away, and the others lost their connections to it.",
@@ -54,10 +60,10 @@ _STATED_HEADLINE = {
     "stated-collective-mismatch": ("Collective mismatch: {who} called a different collective than its "
                                    "group, as the logs state.",
                                    "集合通信失配：日志表明 {who} 调用了与组内不同的集合通信。"),
-}
+})
 _STATED_SKIPS_WHY = ("stated-network-fault", "stated-missing-rank")
 
-_WHY = {
+_WHY = _by_lang({
     "p2p_circular_wait": (
         "A blocking send completes only when its peer posts the matching recv, whatever the tensor "
         "size. Every rank on the cycle called send (or recv) first, so none of them ever reaches the "
@@ -88,11 +94,11 @@ _WHY = {
         "Everyone joined the same call, so the ranks agree; the transport between them failed, and "
         "later errors on other ranks are knock-on effects of the first.",
         "所有人都进入了同一个调用，说明各 Rank 的调用一致；是它们之间的传输失败了，其他 Rank 上较晚的错误只是第一个错误的连锁反应。"),
-}
+})
 
 # Which of the three ways a communication deadlock forms (the seed's causal
 # chain) a lead finding is — or that it is none of them.
-_CAUSE = {
+_CAUSE = _by_lang({
     "p2p_circular_wait": ("P2P circular wait — the first of the three ways a communication deadlock forms "
                           "(P2P circular wait, collective mismatch, cross-stream dependency).",
                           "点对点循环等待——通信死锁三种成因（点对点循环等待、集合通信失配、跨 Stream 依赖）中的第一种。"),
@@ -117,7 +123,7 @@ _CAUSE = {
     "network_fault": ("none of the three deadlock patterns (P2P circular wait, collective mismatch, "
                       "cross-stream dependency): the calls agree and the transport failed.",
                       "不属于三种死锁模式（点对点循环等待、集合通信失配、跨 Stream 依赖）：调用一致，是传输层失败。"),
-}
+})
 MAX_PLACES = 4
 _WHO = {"deadlock": "on_cycle", "collective_mismatch": "odd_one", "network_fault": "first_error"}
 
@@ -172,7 +178,7 @@ _LABELS = {
 def narrative(report, lang: str = "en") -> str:
     """The note, section by section; each section returns its lines (none
     when it has nothing to say), in the words of `lang`'s table."""
-    story = _Story(report, "zh" if lang == "zh" else "en")
+    story = _Story(report, lang_of(lang))
     if story.lead is None:
         return _undecided(story)
     sections = (_headline, _what_is_stuck, _who_section, _lead_message, _why_it_hangs, _cause, _details,
@@ -190,7 +196,7 @@ class _Story:
     the sections say about ranks, so no section says it twice."""
 
     def __init__(self, report, lang: str):
-        self.report, self.lang, self.zh = report, lang, lang == "zh"
+        self.report, self.lang = report, lang
         self.labels = _LABELS[lang]
         self.lead = report.root_cause.finding
         self.incident = report.incident
@@ -205,13 +211,9 @@ class _Story:
         self.said.add(text)
         return text
 
-    def pick(self, pair: tuple[str, str]) -> str:
-        return pair[1 if self.zh else 0]
-
-    def local(self, thing, name: str) -> str:
-        """`thing.name` in the story's language: its `name_zh` twin where it has one."""
-        twin = getattr(thing, f"{name}_zh", "") if self.zh else ""
-        return twin or getattr(thing, name)
+    def local(self, thing, name: str):
+        """`thing.name` in the story's language (forensics.words.localized)."""
+        return localized(thing, name, self.lang)
 
     def message(self, finding) -> str:
         return self.local(finding, "message")
@@ -220,7 +222,7 @@ class _Story:
 def section_labels(lang: str) -> tuple[str, ...]:
     """The words that open the narrative's sections ("Judged stuck because",
     "Why rank {ranks} is there"), for renderers that set them apart."""
-    words = _LABELS["zh" if lang == "zh" else "en"]
+    words = _LABELS[lang_of(lang)]
     return tuple(words[key] for key in ("positions", "cause", "decided", "evidence", "next", "knock_on", "decide",
                                         "on_cycle", "awaited", "odd_one", "first_error", "detail"))
 
@@ -263,8 +265,8 @@ def _undecided(story: _Story) -> str:
 def _headline(story: _Story) -> list[str]:
     report, lead = story.report, story.lead
     cycle = report.cycles[0] if report.cycles else []
-    headline = story.pick(_STATED_HEADLINE.get(lead.rule) or _HEADLINE.get(lead.kind)
-                          or _HEADLINE.get(report.verdict, ("{ranks}", "{ranks}")))
+    headline = (_STATED_HEADLINE[story.lang].get(lead.rule) or _HEADLINE[story.lang].get(lead.kind)
+                or _HEADLINE[story.lang].get(report.verdict, "{ranks}"))
     return [headline.format(ranks=compact(report.culprit_ranks), who=_who(story), cycle=path_label(cycle))]
 
 
@@ -320,13 +322,13 @@ def _lead_message(story: _Story) -> list[str]:
 
 
 def _why_it_hangs(story: _Story) -> list[str]:
-    why = None if story.lead.rule in _STATED_SKIPS_WHY else _WHY.get(story.lead.kind)
-    return [story.pick(why)] if why else []
+    why = None if story.lead.rule in _STATED_SKIPS_WHY else _WHY[story.lang].get(story.lead.kind)
+    return [why] if why else []
 
 
 def _cause(story: _Story) -> list[str]:
-    cause = None if story.lead.rule in _STATED_SKIPS_WHY else _CAUSE.get(story.lead.kind)
-    return [f"{story.labels['cause']}: {story.pick(cause)}"] if cause else []
+    cause = None if story.lead.rule in _STATED_SKIPS_WHY else _CAUSE[story.lang].get(story.lead.kind)
+    return [f"{story.labels['cause']}: {cause}"] if cause else []
 
 
 def _details(story: _Story) -> list[str]:
@@ -338,7 +340,7 @@ def _ring_links(story: _Story) -> list[str]:
     """The links a stalled rank sits on, from NCCL's rings."""
     if story.report.verdict not in RING_VERDICTS:
         return []
-    return [topology.describe(link, story.zh) for rank in story.report.culprit_ranks[:3]
+    return [topology.describe(link, story.lang == "zh") for rank in story.report.culprit_ranks[:3]
             for link in topology.ring_links(story.incident, rank)[:topology.MAX_GROUPS]]
 
 

@@ -22,6 +22,7 @@ from collections import defaultdict
 from .. import stackclasses
 from ..model import Evidence, path_label
 from ..ranges import compact
+from ..words import lang_of, localized
 from . import graphview, json_report, svg
 from .text import count
 from .safe_text import html_escape as escape
@@ -75,7 +76,7 @@ _L = {
         "tool": "forensics {v}", "made": "generated {t}", "inputs": "input", "host": "host",
         "page_title": "{verdict} · culprit ranks {culprits} · {inputs} — forensics",
         "lanes_more": "… {n} more {noun}, not drawn (every event is in the list below)",
-        "noun_rank": ("rank", "ranks"), "noun_lane": ("lane", "lanes"), "lang": "en",
+        "noun_rank": ("rank", "ranks"), "noun_lane": ("lane", "lanes"), "lang": "en", "html_lang": "en",
         "by_order": "Several of these events carry the same time, as far as their lines tell: the dots are "
                     "placed in their order (earlier to the left), not to scale.",
         "undated": "No line gives a time: the dots are placed in the order the events were read, not by time.",
@@ -113,7 +114,7 @@ _L = {
         "tool": "forensics {v}", "made": "生成于 {t}", "inputs": "输入", "host": "主机",
         "page_title": "{verdict} · 罪魁 Rank {culprits} · {inputs} — forensics",
         "lanes_more": "… 另有 {n} {noun} 未画出（下方列表列出全部事件）",
-        "noun_rank": ("个 Rank", "个 Rank"), "noun_lane": ("条泳道", "条泳道"), "lang": "zh",
+        "noun_rank": ("个 Rank", "个 Rank"), "noun_lane": ("条泳道", "条泳道"), "lang": "zh", "html_lang": "zh-CN",
         "by_order": "其中若干事件的时间相同（就日志所记的精度而言）：圆点按先后顺序排列（越早越靠左），不按时间比例。",
         "undated": "没有任何行带时间：圆点按读取到的先后顺序排列，而非按时间。",
         "last_line": "最后一行日志", "last_progress": "最近进展",
@@ -127,7 +128,7 @@ _L = {
 
 
 def render(report, lang: str = "en") -> str:
-    lang = "zh" if lang == "zh" else "en"
+    lang = lang_of(lang)
     t = _L[lang]
     data = json_report.to_dict(report, lang)
     excerpts = _Excerpts(report)
@@ -161,7 +162,7 @@ def render(report, lang: str = "en") -> str:
     culprits = compact(report.culprit_ranks) if report.culprit_ranks else "-"
     inputs = ", ".join(report.provenance.inputs) if report.provenance is not None else ""
     title = t["page_title"].format(verdict=report.verdict.upper(), culprits=culprits, inputs=inputs or "-")
-    return (f'<!DOCTYPE html>\n<html lang="{"zh-CN" if lang == "zh" else "en"}"><head><meta charset="utf-8">'
+    return (f'<!DOCTYPE html>\n<html lang="{t["html_lang"]}"><head><meta charset="utf-8">'
             f'<meta name="viewport" content="width=device-width,initial-scale=1">'
             f'<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
             f'style-src \'unsafe-inline\'; script-src \'{SCRIPT_HASH}\'; img-src data:">'
@@ -190,7 +191,7 @@ def _header(report, data, t, excerpts) -> str:
     lead = report.root_cause.finding
     hint = ""
     if lead is not None:
-        text = (lead.hint_zh or lead.hint) if t["lang"] == "zh" else lead.hint
+        text = localized(lead, "hint", t["lang"])
         if text:
             hint = f'<p class="hint next"><b>{escape(t["next"])}:</b> {escape(text)}</p>'
     return (f'<section id="verdict">{_provenance(report, t)}<div class="verdict" style="border-color:{color}">'

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from .. import progress_table, stackclasses, topology
 from ..model import node_label
+from ..words import localized
 from .safe_text import json_dumps
 
 SCHEMA = "forensics.report/1"
@@ -61,7 +62,7 @@ def to_dict(report, lang: str = "en") -> dict:
         "verdict": report.verdict,
         "culprit_ranks": list(report.culprit_ranks),
         "culprits": [c.to_json() for c in report.culprits],
-        "confidence": report.confidence.to_json(lang) if report.confidence else None,
+        "confidence": _confidence(report.confidence, lang) if report.confidence else None,
         "cycles": [[node_json(n) for n in cycle] for cycle in report.cycles],
         "root_cause": {
             "kind": root.kind,
@@ -136,11 +137,16 @@ def _timeline(report) -> dict:
             "first_failure": [shown.index(e) for e in report.first_failures if e in shown]}
 
 
+def _confidence(sure, lang: str) -> dict:
+    out = {"level": sure.level, "reason": localized(sure, "reason", lang)}
+    if sure.missing:
+        out["missing"] = list(localized(sure, "missing", lang))
+    return out
+
+
 def _finding(finding, doc, lang: str) -> dict:
     out = finding.to_json()
-    if lang == "zh":
-        out["message"] = finding.message_zh or finding.message
-        out["hint"] = finding.hint_zh or finding.hint
+    out["message"], out["hint"] = localized(finding, "message", lang), localized(finding, "hint", lang)
     if doc is not None:
         title, explanation, _ = doc.text(lang)
         out["title"], out["explanation"] = title, explanation

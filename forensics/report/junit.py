@@ -15,6 +15,7 @@ from xml.sax.saxutils import escape as _escape
 from xml.sax.saxutils import quoteattr as _quoteattr
 
 from ..ranges import compact
+from ..words import lang_of, localized
 from .safe_text import neutralize
 
 _NOT_XML = re.compile("[\ud800-\udfff\ufffe\uffff]")
@@ -74,22 +75,25 @@ def testsuite(suite: Suite) -> str:
     return "\n".join(out) + "\n"
 
 
+# The words this format adds, by language.
+WORDS = {"en": {"hint": "Hint: "}, "zh": {"hint": "建议: "}}
+
+
 def to_suite(report, lang: str = "en") -> Suite:
-    zh = lang == "zh"
+    words = WORDS[lang_of(lang)]
     suite = Suite("forensics-analyze", properties={
         "verdict": report.verdict,
         "culprit_ranks": compact(report.culprit_ranks) if report.culprit_ranks else "-"})
     seen: dict[str, int] = {}
     for finding in report.findings:
-        message = finding.message_zh if zh and finding.message_zh else finding.message
-        hint = finding.hint_zh if zh and finding.hint_zh else finding.hint
+        message, hint = localized(finding, "message", lang), localized(finding, "hint", lang)
         name = f"{finding.rule} [ranks {compact(finding.ranks)}]" if finding.ranks else finding.rule
         seen[name] = seen.get(name, 0) + 1
         if seen[name] > 1:  # test-case names must stay distinct for CI dashboards
             name += f" #{seen[name]}"
         details = [message]
         if hint:
-            details.append(("建议: " if zh else "Hint: ") + hint)
+            details.append(words["hint"] + hint)
         details += [f"{e.cite()}: {e.text}" if e.text else e.cite() for e in finding.evidence]
         if finding.symptom_of:
             details.append(f"symptom of {finding.symptom_of}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 
+from ..words import lang_of
 from . import graphview, mermaid, text
 from .safe_text import neutralize
 
@@ -48,7 +49,7 @@ WORDS = {
 
 
 def render(report, lang: str = "en") -> str:
-    words = WORDS["zh" if lang == "zh" else "en"]
+    words = WORDS[lang_of(lang)]
     out: list[str] = []
     items = text.blocks(report, lang)
     stack: list[str] = []

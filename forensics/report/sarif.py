@@ -15,6 +15,7 @@ from __future__ import annotations
 from urllib.parse import quote
 
 from .. import __version__
+from ..words import localized
 from .safe_text import json_dumps, neutralize
 
 SCHEMA_URI = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
@@ -64,7 +65,6 @@ def _rule(doc, lang: str) -> dict:
 
 
 def to_dict(report, lang: str = "en") -> dict:
-    zh = lang == "zh"
     rules = [_rule(doc, lang) for doc in report.rules.values()]
     index = {rule["id"]: i for i, rule in enumerate(rules)}
     for finding in report.findings:  # a plugin's rule without a RuleDoc still needs an entry
@@ -73,8 +73,7 @@ def to_dict(report, lang: str = "en") -> dict:
             rules.append({"id": finding.rule, "shortDescription": {"text": finding.rule}})
     results = []
     for finding in report.findings:
-        message = finding.message_zh if zh and finding.message_zh else finding.message
-        hint = finding.hint_zh if zh and finding.hint_zh else finding.hint
+        message, hint = localized(finding, "message", lang), localized(finding, "hint", lang)
         result = {"ruleId": finding.rule, "ruleIndex": index[finding.rule],
                   "level": LEVELS.get(finding.severity, "warning"),
                   "message": {"text": message or finding.rule},

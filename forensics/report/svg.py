@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import networkx as nx
 
 from ..ranges import compact
+from ..words import lang_of
 from .safe_text import html_escape as escape
 
 NODE_W = 250
@@ -35,6 +36,15 @@ MAX_BADGES = 4        # more culprit boxes than this: the red border says it, no
 
 # Fill and border per rank state: blocked in a call (amber), busy elsewhere
 # (blue), gone (grey), unknown (white), CUDA stream (violet).
+# The words drawn into the graph, by language.
+WORDS = {
+    "en": {"frame": "stack", "aria": "Wait-for graph: {n} nodes; culprits: {culprits}", "list_sep": ", ",
+           "none": "none", "group": "group ", "launch_order": "launch order", "within": "{count} within",
+           "stack_class": "stack class ", "stack": "stack ", "culprit": "CULPRIT"},
+    "zh": {"frame": "调用栈", "aria": "等待图：{n} 个节点；罪魁：{culprits}", "list_sep": "、",
+           "none": "无", "group": "组 ", "launch_order": "启动顺序", "within": "{count} 在组内",
+           "stack_class": "调用栈 ", "stack": "调用栈 ", "culprit": "罪魁"},
+}
 _STATE_STYLE = {
     "blocked": ("#fef3c7", "#b45309"),
     "exited": ("#e5e7eb", "#374151"),
@@ -96,7 +106,7 @@ def render(view, cycles=(), stack_of_rank=None, href_of=None, lang: str = "en") 
                    f'<rect x="{x:.1f}" y="{y:.1f}" width="{w:.1f}" height="{h:.1f}" rx="10" fill="none" '
                    f'stroke="#94a3b8" stroke-dasharray="5 4"/>'
                    f'<text x="{x + 8:.1f}" y="{y + 12:.1f}" font-size="10" fill="#64748b">'
-                   f'{"调用栈" if lang == "zh" else "stack"} {escape(label)}</text></g>')
+                   f'{WORDS[lang_of(lang)]["frame"]} {escape(label)}</text></g>')
     reverse = {(e.dst, e.src) for e in view.edges}
     badges = sum(n.culprit for n in view.nodes) <= MAX_BADGES
     for edge in sorted(view.edges, key=lambda e: e.on_cycle):  # cycle edges drawn last, on top
@@ -114,10 +124,9 @@ _DEFS = (f'<defs><marker id="wg-arrow" viewBox="0 0 10 10" refX="9" refY="5" mar
 
 
 def _aria(view, lang) -> str:
-    culprits = [n.label for n in view.nodes if n.culprit]
-    if lang == "zh":
-        return f"等待图：{len(view.nodes)} 个节点；罪魁：{'、'.join(culprits) or '无'}"
-    return f"Wait-for graph: {len(view.nodes)} nodes; culprits: {', '.join(culprits) or 'none'}"
+    words = WORDS[lang_of(lang)]
+    culprits = words["list_sep"].join(n.label for n in view.nodes if n.culprit) or words["none"]
+    return words["aria"].format(n=len(view.nodes), culprits=culprits)
 
 
 def _stacks(node, stack_of_rank) -> tuple[str, ...]:
@@ -302,9 +311,10 @@ def _edge(edge, src: Box, dst: Box, has_reverse: bool, lang: str) -> str:
     dash = (' stroke-dasharray="2 3"' if edge.launch_order else
             ' stroke-dasharray="6 4"' if edge.semantics == "OR" else "")
     classes = ("edge cycle" if edge.on_cycle else "edge") + (" launch-order" if edge.launch_order else "")
+    words = WORDS[lang_of(lang)]
     count = " ".join(part for part in (
-        ("组 " if lang == "zh" else "group ") + ", ".join(edge.groups) if edge.groups else "",
-        ("启动顺序" if lang == "zh" else "launch order") if edge.launch_order else "",
+        words["group"] + ", ".join(edge.groups) if edge.groups else "",
+        words["launch_order"] if edge.launch_order else "",
         f"×{edge.count:,}" if edge.count > 1 else "") if part)
     if edge.src == edge.dst:
         ox, oy = src.out
@@ -316,7 +326,7 @@ def _edge(edge, src: Box, dst: Box, has_reverse: bool, lang: str) -> str:
         path = (f"M{ax:.1f},{ay:.1f} C{ax + ox * reach:.1f},{ay + oy * reach:.1f} "
                 f"{bx + ox * reach:.1f},{by + oy * reach:.1f} {bx:.1f},{by:.1f}")
         lx, ly = (ax + bx) / 2 + ox * (reach + 8), (ay + by) / 2 + oy * (reach + 8) + 4
-        count = (f"{count} 在组内" if lang == "zh" else f"{count} within") if count else ""
+        count = words["within"].format(count=count) if count else ""
     else:
         # Opposite edges bend apart; others are straight.
         bend = 26 if has_reverse else 0
@@ -361,8 +371,9 @@ def _node(box: Box, href: str | None, lang: str, badge: bool) -> str:
     title = f"{node.label}: {node.detail}" if node.detail else node.label
     if len(node.ranks) > 1:
         title += f"\nranks {compact(node.ranks)}"
+    words = WORDS[lang_of(lang)]
     if box.stacks:
-        title += ("\n调用栈 " if lang == "zh" else "\nstack class ") + ", ".join(box.stacks)
+        title += "\n" + words["stack_class"] + ", ".join(box.stacks)
     if node.evidence:
         title += f"\n{node.evidence}"
     lines = [f'<text x="{box.x + 8:.1f}" y="{box.y + 17:.1f}" font-size="12.5" font-weight="600" '
@@ -370,11 +381,11 @@ def _node(box: Box, href: str | None, lang: str, badge: bool) -> str:
              f'<text x="{box.x + 8:.1f}" y="{box.y + 32:.1f}" font-size="11" fill="#1f2937">'
              f'{escape(_fit(node.detail or node.state))}</text>']
     if box.stacks:
-        stacks = ("调用栈 " if lang == "zh" else "stack ") + ", ".join(box.stacks)
+        stacks = words["stack"] + ", ".join(box.stacks)
         lines.append(f'<text x="{box.x + 8:.1f}" y="{box.y + 46:.1f}" font-size="10" fill="#475569">'
                      f'{escape(_fit(stacks))}</text>')
     if node.culprit and badge:
-        tag = "罪魁" if lang == "zh" else "CULPRIT"
+        tag = words["culprit"]
         lines.append(f'<rect x="{box.x + NODE_W - 58:.1f}" y="{box.y + 5:.1f}" width="52" height="15" rx="3" '
                      f'fill="{CULPRIT}"/><text x="{box.x + NODE_W - 32:.1f}" y="{box.y + 16:.1f}" font-size="9.5" '
                      f'font-weight="700" fill="#fff" text-anchor="middle">{tag}</text>')

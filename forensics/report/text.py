@@ -12,6 +12,7 @@ from .. import explain, stackclasses
 from ..model import node_label, path_label
 from ..ranges import compact
 from ..once import Said
+from ..words import lang_of, localized
 from .safe_text import neutralize
 
 PER_RANK_LIMIT = 32
@@ -119,13 +120,13 @@ STACK_PROBLEMS = {
 
 def stack_problem(capture, lang: str = "en") -> str:
     """Why a captured stack is missing, in `lang`."""
-    table = STACK_PROBLEMS["zh" if lang == "zh" else "en"]
+    table = STACK_PROBLEMS[lang_of(lang)]
     return table.get(capture.problem, capture.problem).format(pid=capture.pid, **capture.detail)
 
 
 def capture_title(capture, lang: str = "en") -> str:
     """`rank 2 (the root-cause rank), pid 7798`: whose stack a captured dump is."""
-    words = WORDS["zh" if lang == "zh" else "en"]
+    words = WORDS[lang_of(lang)]
     return words["captured_root" if capture.role == "root_cause" else "captured_waiting"].format(
         rank=capture.rank, root=capture.waits_for, pid=capture.pid if capture.pid is not None else "-")
 
@@ -150,7 +151,7 @@ NOUNS = {
 
 def count(n: int, noun: str, lang: str = "en") -> str:
     """`1 class`, `3 classes`; `3 类`."""
-    one, many = NOUNS["zh" if lang == "zh" else "en"][noun]
+    one, many = NOUNS[lang_of(lang)][noun]
     return f"{n:,} {one if n == 1 else many}"
 
 
@@ -268,7 +269,7 @@ def blocks(report, lang: str = "en") -> list:
     by group, stack classes, stacks a watcher dumped, unattributed dumps, findings, unread lines, skipped files,
     diagnostics. Each fact once: what the narrative tells, later sections
     point back to instead of repeating."""
-    lang = "zh" if lang == "zh" else "en"
+    lang = lang_of(lang)
     words = WORDS[lang]
     out: list = []
     said = Said()
@@ -299,8 +300,7 @@ def _verdict_section(report, lang, words) -> list:
                         + (" …" if len(named) > 8 else ""), "narrative"))
     if report.confidence is not None:
         sure = report.confidence
-        out.append(Line(words["confidence"] + f"{sure.level} — "
-                        + (sure.reason_zh if lang == "zh" and sure.reason_zh else sure.reason), "dim"))
+        out.append(Line(words["confidence"] + f"{sure.level} — " + localized(sure, "reason", lang), "dim"))
     return out + [Line()]
 
 
@@ -398,8 +398,8 @@ def _findings_section(report, lang, words, said: Said) -> list:
         if id(finding) in told:
             message = words["see_above_ranks"].format(ranks=ranks) if ranks else words["see_above"]
         else:
-            message = finding.message_zh if lang == "zh" and finding.message_zh else finding.message
-            message = said.unsaid(explain.without_described(message, report.incident, described), words["see_above"])
+            message = said.unsaid(explain.without_described(localized(finding, "message", lang), report.incident,
+                                                            described), words["see_above"])
         line = _finding_line(report, finding, lang, words, message)
         said.add(line)
         lines.append(line)

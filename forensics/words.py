@@ -1,0 +1,154 @@
+"""Language at the edges: which words a report is written in, and the words
+of the facts the model names by key.
+
+The model and ingest carry facts (kinds, ranks, numbers, names); a renderer
+or the narrative turns them into English or Chinese here, from one table per
+language. A finding's message is a rule's own words: rules write them in
+English and, where they have them, in Chinese (`message_zh`); `localized`
+is the one place that picks between the two.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .ranges import compact
+
+LANGS = ("en", "zh")
+
+
+def lang_of(lang: str) -> str:
+    """The language a report is written in: Chinese when asked for, else English."""
+    return "zh" if lang == "zh" else "en"
+
+
+def localized(thing, name: str, lang: str):
+    """`thing.name` in `lang`: a stuck signal said by its key; otherwise the
+    Chinese twin (`name_zh`) where its writer gave one, else the English."""
+    if name == "detail" and getattr(thing, "key", ""):
+        return stuck_detail(thing, lang)
+    if lang_of(lang) == "zh":
+        twin = getattr(thing, f"{name}_zh", None)
+        if twin:
+            return twin
+    return getattr(thing, name)
+
+
+# --------------------------------------------------------------------------
+# Stuck signals (model.StuckSignal): key → words, by language. A key's
+# optional parts are keys of their own (`.after`, `.more`); `_SAYERS` says
+# which parts a signal's parameters call for, the tables say them.
+
+STUCK = {
+    "en": {
+        "cli_hung": "the user says the job is hung (--hung)",
+        "fr_retired": "{op} #{seq} on group {group} was retired without completing: timed out{after}{more}",
+        "fr_retired.after": " after {timeout_ms} ms",
+        "fr_retired.more": " ({n} more calls timed out)",
+        "collect_v1": "forensics collect saw rank {still} not move in {span} (same stacks{fr}){moved}",
+        "collect_v1.fr": ", same Flight Recorder sequence numbers",
+        "collect_v1.moved": "; rank {moved} moved",
+        "collect_busy": "{where} for {seconds} while {waiting} waited in {call}{window}",
+        "collect_busy.idle": "rank {rank} stayed idle in {busy_in}",
+        "collect_busy.busy": "rank {rank} kept busy in {busy_in}",
+        "collect_busy.sep": "; ",
+        "collect_still": "rank {waiting} waited in {call} for {seconds} without moving{window}",
+        "collect.window": " (forensics collect, {span}; stuck after {threshold} s: {source})",
+        "collect.span": "{rounds} rounds over {span_s} s",
+        "collect.span_unknown": "its rounds",
+    },
+    "zh": {
+        "cli_hung": "用户指明作业已挂起（--hung）",
+        "fr_retired": "{op} #{seq} on group {group} 未完成即被回收：已超时{after}",
+        "fr_retired.after": " after {timeout_ms} ms",
+        "fr_retired.more": "",
+        "collect_v1": "forensics collect 在 {span} 中看到 Rank {still} 没有任何进展（调用栈不变{fr}）",
+        "collect_v1.fr": "，Flight Recorder 序号不变",
+        "collect_v1.moved": "",
+        "collect_busy": "{where} 长达 {seconds}，而 Rank {waiting} 一直在 {call} 中等待{window}",
+        "collect_busy.idle": "Rank {rank} 一直空闲于 {busy_in}",
+        "collect_busy.busy": "Rank {rank} 一直忙于 {busy_in}",
+        "collect_busy.sep": "；",
+        "collect_still": "Rank {waiting} 在 {call} 中等待了 {seconds}，位置没有变化{window}",
+        "collect.window": "（forensics collect，{span}；超过 {threshold} 秒即视为卡住：{source}）",
+        "collect.span": "{rounds} 轮，共 {span_s} 秒",
+        "collect.span_unknown": "各轮",
+        "collect.half_timeout": "集合通信超时（{timeout} 秒）的一半",
+    },
+}
+# Where a collect threshold came from (progress.json's `stuck_after_from`, or
+# analyze's own): the known ones in Chinese; any other is shown as written.
+_HALF_TIMEOUT = re.compile(r"half the collective timeout of (.+) s")
+STUCK_SOURCES_ZH = {"--stuck-after": "--stuck-after 指定", "analyze --stuck-after": "analyze --stuck-after 指定",
+                    "the default": "默认值", "the default (no collective timeout known)": "默认值（未知集合通信超时）"}
+
+
+def stuck_detail(signal, lang: str = "en") -> str:
+    """A keyed stuck signal in `lang`."""
+    lang = lang_of(lang)
+    return _SAYERS[signal.key](STUCK[lang], dict(signal.params), lang)
+
+
+def _fr_retired(t: dict, p: dict, lang: str) -> str:
+    after = t["fr_retired.after"].format(**p) if p.get("timeout_ms") is not None else ""
+    more = t["fr_retired.more"].format(n=p["more"]) if p.get("more") else ""
+    return t["fr_retired"].format(after=after, more=more, **p)
+
+
+def _collect_v1(t: dict, p: dict, lang: str) -> str:
+    # The first schema's Chinese words kept its span in English.
+    span = _span(STUCK["en"], p)
+    moved = t["collect_v1.moved"].format(moved=compact(p["moved"])) if p.get("moved") else ""
+    return t["collect_v1"].format(still=compact(p["still"]), span=span, fr=t["collect_v1.fr"] if p.get("fr") else "",
+                                  moved=moved)
+
+
+def _collect(t: dict, p: dict, lang: str) -> str:
+    waiting = _ranks(p["waiting"])
+    seconds = f"{p['seconds']:g} s"
+    span = _span(t, p, zh_seconds=lang == "zh")
+    source = p["source"]
+    if lang == "zh":
+        half = _HALF_TIMEOUT.fullmatch(source)
+        source = t["collect.half_timeout"].format(timeout=half.group(1)) if half \
+            else STUCK_SOURCES_ZH.get(source, source)
+    window = t["collect.window"].format(span=span, threshold=f"{p['threshold']:g}", source=source)
+    if p.get("suspects"):
+        where = t["collect_busy.sep"].join(
+            t["collect_busy.idle" if idle else "collect_busy.busy"].format(rank=rank, busy_in=busy_in)
+            for rank, idle, busy_in in p["suspects"])
+        return t["collect_busy"].format(where=where, seconds=seconds, waiting=waiting, call=p["call"], window=window)
+    return t["collect_still"].format(waiting=waiting, call=p["call"], seconds=seconds, window=window)
+
+
+def _span(t: dict, p: dict, zh_seconds: bool = False) -> str:
+    """`3 rounds over 20.0 s` as progress.json states it (Chinese: `3 轮，共 20 秒`)."""
+    if p.get("rounds") is None:
+        return t["collect.span_unknown"]
+    span_s = p["span_s"]
+    return t["collect.span"].format(rounds=p["rounds"], span_s=f"{span_s:g}" if zh_seconds else span_s)
+
+
+def _ranks(ranks) -> str:
+    """`0, 2, 3` as people write a few ranks; ranges past eight."""
+    return ", ".join(map(str, ranks)) if len(ranks) <= 8 else compact(ranks)
+
+
+_SAYERS = {
+    "cli_hung": lambda t, p, lang: t["cli_hung"],
+    "fr_retired": _fr_retired,
+    "collect_v1": _collect_v1,
+    "collect_busy": _collect,
+    "collect_still": _collect,
+}
+
+
+def stuck_signal(kind: str, key: str, evidence=None, **params):
+    """A stuck signal named by `key` with its facts. Its `detail` and
+    `detail_zh` are said from the tables above, for the readers that still
+    take them as text."""
+    from .model import StuckSignal
+
+    signal = StuckSignal(kind, "", evidence, key=key, params=tuple(sorted(params.items())))
+    return StuckSignal(kind, stuck_detail(signal, "en"), evidence, stuck_detail(signal, "zh"), key=key,
+                       params=signal.params)
