@@ -516,6 +516,12 @@ class StuckSignal:
     detail: str
     evidence: Evidence | None = None
     detail_zh: str = ""
+    # What the signal says, as a message key and its facts ((name, value), …):
+    # forensics/words.py says it in each language. `detail` and `detail_zh`
+    # are its English and Chinese words, for readers that take text (and the
+    # whole of a signal written without a key).
+    key: str = ""
+    params: tuple = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -704,13 +710,6 @@ class Confidence:
     reason_zh: str = ""
     missing: tuple[str, ...] = ()
     missing_zh: tuple[str, ...] = ()
-
-    def to_json(self, lang: str = "en") -> dict:
-        zh = lang == "zh"
-        out = {"level": self.level, "reason": self.reason_zh if zh and self.reason_zh else self.reason}
-        if self.missing:
-            out["missing"] = list(self.missing_zh if zh and self.missing_zh else self.missing)
-        return out
 
 
 def _pickled_as_fields(cls: type) -> None:
