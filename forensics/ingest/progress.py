@@ -20,10 +20,10 @@ import contextlib
 import json
 import math
 import os
-import re
 
 from .. import model as m
 from ..ranges import compact
+from ..words import stuck_signal
 from .facts import Facts
 from .reader import reader_hooks
 from .textio import InputError, int_text, read_text
@@ -72,37 +72,31 @@ def parse(path: str, display: str) -> Facts:
             continue
         entries[rank] = entry
     rounds, seconds = data.get("rounds"), data.get("seconds")
-    span = f"{rounds} rounds over {seconds} s" if isinstance(rounds, int) and _number(seconds) \
-        else "its rounds"
+    # The window as collect states it (`3 rounds over 20.0 s`), for the diagnostics and the stuck signal.
+    window = {"rounds": rounds, "span_s": seconds} if isinstance(rounds, int) and _number(seconds) else {}
+    span = f"{rounds} rounds over {seconds} s" if window else "its rounds"
     if data["schema"] == SCHEMA_V1:
-        _judge_v1(facts, entries, span, m.Evidence(display, 1, text.splitlines()[0] if text else ""))
+        _judge_v1(facts, entries, span, window, m.Evidence(display, 1, text.splitlines()[0] if text else ""))
     else:
-        _judge(facts, data, entries, span, text, display)
+        _judge(facts, data, entries, span, window, text, display)
     return facts
 
 
-def _judge_v1(facts: Facts, entries: dict, span: str, evidence: m.Evidence) -> None:
+def _judge_v1(facts: Facts, entries: dict, span: str, window: dict, evidence: m.Evidence) -> None:
     still = [r for r, e in entries.items() if not e["moved"]]
     moved = [r for r, e in entries.items() if e["moved"]]
     fr_still = [r for r in still if entries[r].get("flight_recorder_changed") is False]
     if still:
-        facts.stuck.append(m.StuckSignal(
-            "no_progress", f"forensics collect saw rank {compact(still)} not move in {span} (same stacks"
-            + (", same Flight Recorder sequence numbers" if fr_still == still else "") + ")"
-            + (f"; rank {compact(moved)} moved" if moved else ""), evidence,
-            f"forensics collect 在 {span} 中看到 Rank {compact(still)} 没有任何进展（调用栈不变"
-            + ("，Flight Recorder 序号不变" if fr_still == still else "") + "）"))
+        facts.stuck.append(stuck_signal("no_progress", "collect_v1", evidence, still=tuple(still),
+                                        moved=tuple(moved), fr=fr_still == still, **window))
     elif moved:
         facts.diag(1, f"every rank ({compact(moved)}) moved in {span}: the job is making progress", "info")
 
 
-def _judge(facts: Facts, data: dict, entries: dict, span: str, text: str, display: str) -> None:
+def _judge(facts: Facts, data: dict, entries: dict, span: str, rounds: dict, text: str, display: str) -> None:
     """Ranks that kept their place in a communication call through the
     window wait on the ranks that are elsewhere: stuck past the threshold,
     not a hang yet below it."""
-    rounds = data.get("rounds")
-    span_zh = f"{rounds} 轮，共 {data['seconds']:g} 秒" if isinstance(rounds, int) and _number(data.get("seconds")) \
-        else "各轮"
     window = _number(data.get("seconds")) or 0.0
     threshold, source = _threshold(data)
     moved = sorted(r for r, e in entries.items() if e["moved"])
@@ -121,21 +115,14 @@ def _judge(facts: Facts, data: dict, entries: dict, span: str, text: str, displa
     suspects = [r for r in busy if r not in moved] or busy
     where = "; ".join(f"rank {r} {'stayed idle' if entries[r].get('idle') is True else 'kept busy'} in "
                       f"{_text(entries[r]['busy_in'])}" for r in suspects)
-    where_zh = "；".join(f"Rank {r} {'一直空闲于' if entries[r].get('idle') is True else '一直忙于'} "
-                         f"{_text(entries[r]['busy_in'])}" for r in suspects)
     cited = suspects[0] if suspects else waiting[0]
     evidence = _evidence(text, display, cited, "busy_in" if suspects else "waiting_in")
     seconds = f"{window:g} s"
     if window >= threshold:
-        if suspects:
-            en = f"{where} for {seconds} while {_ranks(waiting)} waited in {call}"
-            zh = f"{where_zh} 长达 {seconds}，而 Rank {_ranks(waiting)} 一直在 {call} 中等待"
-        else:
-            en = f"rank {_ranks(waiting)} waited in {call} for {seconds} without moving"
-            zh = f"Rank {_ranks(waiting)} 在 {call} 中等待了 {seconds}，位置没有变化"
-        facts.stuck.append(m.StuckSignal(
-            "no_progress", f"{en} (forensics collect, {span}; stuck after {threshold:g} s: {source})", evidence,
-            f"{zh}（forensics collect，{span_zh}；超过 {threshold:g} 秒即视为卡住：{_source_zh(source)}）"))
+        busy = tuple((r, entries[r].get("idle") is True, _text(entries[r]["busy_in"])) for r in suspects)
+        facts.stuck.append(stuck_signal(
+            "no_progress", "collect_busy" if busy else "collect_still", evidence, suspects=busy,
+            waiting=tuple(waiting), call=call, seconds=window, threshold=threshold, source=source, **rounds))
         return
     again = math.ceil(threshold - window)
     interval = math.ceil(threshold / 2)
@@ -158,17 +145,6 @@ def _threshold(data: dict) -> tuple[float, str]:
     if recorded is not None and recorded >= 0:
         return recorded, _text(data.get("stuck_after_from")) or "recorded by forensics collect"
     return DEFAULT_STUCK_AFTER_S, "the default"
-
-
-def _source_zh(source: str) -> str:
-    found = re.fullmatch(r"half the collective timeout of (.+) s", source)
-    if found:
-        return f"集合通信超时（{found.group(1)} 秒）的一半"
-    return _SOURCES_ZH.get(source, source)
-
-
-_SOURCES_ZH = {"--stuck-after": "--stuck-after 指定", "analyze --stuck-after": "analyze --stuck-after 指定",
-               "the default": "默认值", "the default (no collective timeout known)": "默认值（未知集合通信超时）"}
 
 
 def _call(entries: dict, waiting: list[int]) -> str:
