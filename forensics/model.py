@@ -598,8 +598,10 @@ class Incident:
     events: tuple[Event, ...] = ()
     skew_s: float | None = None
     # Each NCCL process's view of each communicator pointer it called on
-    # (forensics.ingest.nccl.CommView), for rules that match them up.
+    # (forensics.ingest.nccl.CommView), and which of them merge found to be
+    # one communicator (forensics.ingest.communicators.Communicator).
     comm_views: tuple = ()
+    communicators: tuple = ()
 
     def members(self, group: str) -> tuple[int, ...]:
         """Global ranks of `group`; the world when the group is unknown."""

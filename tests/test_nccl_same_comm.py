@@ -3,13 +3,14 @@ processes without a comm id, and a different call at one opCount of one."""
 
 import re
 import shutil
+from dataclasses import replace
 
 import pytest
 
 from conftest import CORPUS
 from forensics import analyze, analyze_incident
 from forensics.ingest import load_incident
-from forensics.ingest import nccl
+from forensics.ingest import communicators, nccl
 from forensics.plugins import Plugins
 from forensics.rules import nccl_same_comm as rule
 
@@ -154,9 +155,20 @@ def test_two_communicators_of_one_size_in_one_process_are_not_confused(tmp_path)
     write(tmp_path, "node.log", lines)
     report = run(tmp_path)
     assert not ours(report) and report.verdict != "collective_mismatch"
-    comms = rule.identify([v for v in nccl.communicators(tmp_path / "node.log", "node.log")])
+    comms = load_incident([str(tmp_path)], Plugins(autoload=False), jobs=1).communicators  # merge identifies them
     assert sorted(sorted(s.view.pointer for s in c.members) for c in comms) == [["0x1a", "0x2a"], ["0x1b", "0x2b"]]
     assert all(c.diverge is None for c in comms)
+
+
+def test_the_rule_reads_the_communicators_merge_identified(tmp_path):
+    lines = tp_dp_lines(11, "0x1a", "0x1b") + tp_dp_lines(12, "0x2a", "0x2b", tp_odd_at=7)
+    write(tmp_path, "node.log", lines)
+    plugins = Plugins(autoload=False)
+    incident = load_incident([str(tmp_path)], plugins, jobs=1)
+    (comm,) = [c for c in incident.communicators if c.diverge is not None]
+    assert comm.diverge == 7 and comm.basis == communicators.CALLS and comm.confidence == "medium"
+    assert len(ours(analyze_incident(incident, plugins))) == 1
+    assert not ours(analyze_incident(replace(incident, communicators=()), plugins))  # the views alone: nothing
 
 
 def test_a_mismatch_on_one_of_two_equal_communicators_names_only_that_one(tmp_path):
@@ -173,8 +185,8 @@ def test_the_corpus_console_without_rank_prefixes_is_still_quiet(tmp_path):
     text = (CORPUS / "synthetic_nccl_same_comm_tp_dp_healthy" / "node3.console.log").read_text()
     write(tmp_path, "console.log", [re.sub(r"^\[rank\d\]:", "", line) for line in text.splitlines()])
     assert not ours(run(tmp_path))
-    views = nccl.communicators(tmp_path / "console.log", "console.log")
-    comms = rule.identify(views)
+    views = nccl.parse(str(tmp_path / "console.log"), "console.log").comm_views
+    comms = communicators.identify(views)
     assert len(views) == 12 and all(c.diverge is None for c in comms)
     for comm in comms:  # never two views of one process, never more than nranks
         assert len({s.process for s in comm.members}) == len(comm.members) <= comm.members[0].view.nranks
@@ -317,7 +329,7 @@ def test_views_parsed_by_worker_processes_travel_with_their_facts(tmp_path, monk
 def test_views_carry_ranks_channels_and_neighbours_from_init_lines():
     folder = CORPUS / "synthetic_nccl_same_comm_mismatch"
     (log,) = [p for p in folder.iterdir() if p.name.endswith("51342.log")]
-    views = {v.pointer: v for v in nccl.communicators(str(log), log.name)}
+    views = {v.pointer: v for v in nccl.parse(str(log), log.name).comm_views}
     default, metrics = views["0x564a3e5c2a10"], views["0x564a3f1d9e80"]
     assert default.comm_rank == 0 and default.channels == 2 and default.rank == 0
     assert default.ring_orders == ((0, (0, 1)), (1, (0, 1))) and default.trees[0] == (0, -1, (1,))

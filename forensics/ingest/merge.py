@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from .. import model as m
 from ..model import Diagnostic, Evidence, Incident, ProcessGroup, StuckSignal
-from . import stacks
+from . import communicators, stacks
 from .attribution import (STRONG, PidMap, World, attribute, job_shape, outside_world, path_rank, rank_claims,
                           stated_worlds)
 from .facts import Facts
@@ -98,11 +98,12 @@ def merge(facts: list[Facts], artifacts: tuple = (), diagnostics=()) -> Incident
     _check_references(ranks, groups, diagnostics)
     read = tuple(m.ReadStats(f.path, f.kind, f.lines_read, f.unrecognized) for f in facts)
     stuck.extend(_stated_stuck(messages.values()))
+    comm_views = tuple(view for f in facts for view in f.comm_views)
     incident = Incident(ranks=dict(sorted(ranks.items())), groups=groups, artifacts=tuple(artifacts),
                         diagnostics=tuple(diagnostics), stuck=_distinct_signals(stuck),
                         unattributed=tuple(unattributed), read=read,
                         messages=_attribute_messages(messages.values(), stated, ranks),
-                        comm_views=tuple(view for f in facts for view in f.comm_views))
+                        comm_views=comm_views, communicators=communicators.of_views(comm_views))
     return incident  # how each rank ended is judged by the post-mortem stage (analysis.analyze_incident)
 
 
