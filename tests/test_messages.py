@@ -27,6 +27,30 @@ def test_every_example_yields_exactly_its_facts(entry):
     assert found[entry.id] == entry.facts
 
 
+WITH_OK = [e for e in SHIPPED if e.ok]
+
+
+@pytest.mark.parametrize("entry", WITH_OK, ids=[e.id for e in WITH_OK])
+def test_no_ok_line_is_taken_for_its_entry(entry):
+    """semgrep's `ok:` cases: lines of the same programs that hold the
+    entry's literal (so its patterns are tried) and mean something else."""
+    for line in entry.ok:
+        assert any(literal in line for literal in entry.match), line
+        assert entry.extract(line) is None, line
+        assert entry.id not in {e.id for e, _ in messages.catalogue().match(line)}, line
+
+
+def test_the_entries_most_at_risk_carry_ok_lines():
+    """At least 25 entries carry negative examples, and entries that share
+    a literal, so that one's line is always tried against the other, each
+    carry the other's example where it means something else."""
+    assert len(WITH_OK) >= 25, len(WITH_OK)
+    missing = [(e.id, other.id) for e in SHIPPED for other in SHIPPED
+               if other is not e and set(e.match) & set(other.match)
+               and e.extract(other.example) is None and other.example not in e.ok]
+    assert not missing, f"add the second entry's example to the first one's ok lines: {missing}"
+
+
 def test_the_shipped_files_pass_the_checker():
     assert messages.check(messages.shipped_files()) == []
 
@@ -77,6 +101,17 @@ def test_the_checker_rejects_broken_entries(tmp_path, change, needle):
     body = ENTRY.replace("{FACTS}", '{peer_addr: "[10.0.0.2]:5000"}').replace(*change)
     problems = messages.check([_write(tmp_path, body)])
     assert problems and any(needle in text for _, _, text in problems), problems
+
+
+@pytest.mark.parametrize("ok, needle", [
+    ("RuntimeError: [x.cc:1] Connection closed by peer [10.0.0.9]:5000", "matches the entry"),
+    ("RuntimeError: [x.cc:1] Connection reset by peer", "tests no pattern"),
+])
+def test_the_checker_rejects_an_ok_line_that_matches_or_tests_nothing(tmp_path, ok, needle):
+    body = ENTRY.replace("{FACTS}", '{peer_addr: "[10.0.0.2]:5000"}').replace(
+        "    facts:", f"    ok: [{ok!r}]\n    facts:")
+    problems = messages.check([_write(tmp_path, body)])
+    assert len(problems) == 1 and problems[0][1] == 2 and needle in problems[0][2], problems
 
 
 def test_the_checker_rejects_an_id_another_file_uses(tmp_path):
@@ -155,6 +190,9 @@ def test_forensics_messages_list_and_show(capsys):
     assert main(["messages", "show", entry.id]) == 0
     shown = capsys.readouterr().out
     assert entry.example in shown and entry.source in shown and entry.en in shown
+    with_ok = WITH_OK[0]
+    assert main(["messages", "show", with_ok.id]) == 0
+    assert all(line in capsys.readouterr().out for line in with_ok.ok)
     assert main(["messages", "show", entry.id, "--lang", "zh"]) == 0
     assert entry.zh in capsys.readouterr().out
     assert main(["messages", "show", "no-such-message"]) == 2

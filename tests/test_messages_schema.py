@@ -117,8 +117,15 @@ def test_forensics_messages_check_prints_file_and_line_and_no_traceback(tmp_path
     assert "Traceback" not in out + err
 
 
-def test_the_schema_and_the_fact_vocabulary_agree_with_the_docs():
+def test_the_cause_classes_docs_messages_md_lists_are_the_schemas():
     """docs/messages.md names the cause classes a user may write: the schema's."""
     causes = messages_schema.schema()["$defs"]["entry"]["properties"]["proves"]["properties"]["cause"]["enum"]
     text = open(os.path.join(ROOT, "docs", "messages.md"), encoding="utf-8").read()
     assert all(f"`{cause}`" in text for cause in causes)
+
+
+def test_the_entry_docs_messages_md_shows_is_a_valid_entry_with_an_ok_line(tmp_path):
+    text = open(os.path.join(ROOT, "docs", "messages.md"), encoding="utf-8").read()
+    block = text.split("## An entry", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+    entries, problems = _problems(tmp_path, block, "doc.yaml")
+    assert problems == [] and len(entries) == 1 and entries[0].ok
