@@ -17,7 +17,7 @@ __version__ = "0.1.0"
 __all__ = ["analyze", "analyze_incident", "detect_comm_deadlock", "hookimpl", "__version__"]
 
 _SEED_RULES = (
-    "forensics.rules.wait_cycle",
+    "forensics.rules.wait_for_cycle",
     "forensics.rules.dead_rank",
     "forensics.rules.missing_rank",
 )

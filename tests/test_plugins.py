@@ -429,7 +429,7 @@ ingest.PARALLEL_MIN = 2
 seen = []
 run = workers.run
 def spy(*args, **kwargs):
-    seen.append(sorted(m for m in ("forensics.yamlrules", "forensics.rules.wait_cycle", "forensics.analysis",
+    seen.append(sorted(m for m in ("forensics.yamlrules", "forensics.rules.wait_for_cycle", "forensics.analysis",
                                    "networkx") if m in sys.modules))
     return run(*args, **kwargs)
 workers.run = spy

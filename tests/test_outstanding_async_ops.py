@@ -2,14 +2,14 @@
 
 from conftest import CORPUS, ROOT
 from forensics import analyze
-from forensics.rules import async_ops
+from forensics.rules import outstanding_async_ops
 
 PILE = CORPUS / "synthetic_outstanding_async_ops"
 IN_FLIGHT = CORPUS / "synthetic_async_ops_in_flight"
 
 
 def rule_findings(report):
-    return [f for f in report.findings if f.rule == async_ops.ID]
+    return [f for f in report.findings if f.rule == outstanding_async_ops.ID]
 
 
 def test_pile_up_in_flight_recorder_is_a_warning_naming_rank_count_and_oldest_seq():
@@ -42,6 +42,6 @@ def test_nccl_send_lines_say_nothing_about_completion():
 
 
 def test_rule_describes_itself_in_both_languages():
-    (doc,) = async_ops.RULES
+    (doc,) = outstanding_async_ops.RULES
     assert doc.id == "outstanding-async-ops" and doc.severity == "warning"
     assert doc.kinds == ("outstanding_async_ops",) and doc.title_zh and doc.explanation_zh and doc.hint_zh

@@ -12,7 +12,7 @@ from forensics import analyze, analyze_incident
 from forensics.ingest import load_incident
 from forensics.ingest import communicators, nccl
 from forensics.plugins import Plugins
-from forensics.rules import nccl_same_comm as rule
+from forensics.rules import nccl_opcount_mismatch as rule
 
 FP32, BF16, INT32 = 7, 9, 2
 
