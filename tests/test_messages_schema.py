@@ -129,3 +129,14 @@ def test_the_entry_docs_messages_md_shows_is_a_valid_entry_with_an_ok_line(tmp_p
     block = text.split("## An entry", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
     entries, problems = _problems(tmp_path, block, "doc.yaml")
     assert problems == [] and len(entries) == 1 and entries[0].ok
+
+
+def test_without_the_schema_an_entry_that_cannot_be_built_is_a_problem_not_a_traceback(tmp_path):
+    """The shipped files are read without the schema (the suite validates
+    them): a broken one is still named by file and line."""
+    path = tmp_path / "shipped.yaml"
+    path.write_text(GOOD + GOOD.split("messages:\n", 1)[1].replace("test-entry", "other-entry")
+                    .replace('facts: {peer_addr: "[10.0.0.2]:5000"}', "facts: [1]"), encoding="utf-8")
+    entries, problems = messages.load([str(path)], check_examples=False, validate=False)
+    assert [e.id for e in entries] == ["test-entry"]
+    assert [(n, t.split(":")[0]) for _, n, t in problems] == [(15, "other-entry")]
