@@ -91,8 +91,8 @@ def stuck_detail(signal, lang: str = "en") -> str:
 
 def _fr_retired(t: dict, p: dict, lang: str) -> str:
     after = t["fr_retired.after"].format(**p) if p.get("timeout_ms") is not None else ""
-    more = t["fr_retired.more"].format(n=p["more"]) if p.get("more") else ""
-    return t["fr_retired"].format(after=after, more=more, **p)
+    more = t["fr_retired.more"].format(n=p["others"]) if p.get("others") else ""
+    return t["fr_retired"].format(op=p["op"], seq=p["seq"], group=p["group"], after=after, more=more)
 
 
 def _collect_v1(t: dict, p: dict, lang: str) -> str:

@@ -71,7 +71,8 @@ from operator import itemgetter, not_
 from .. import lazy, limits
 from .reader import reader_hooks
 from ..model import (DEFAULT_GROUP, P2P_OPS, CommOp, Evidence, GroupProgress, ProcessGroup,
-                     ProcessRecord, StuckSignal, normalize_op)
+                     ProcessRecord, normalize_op)
+from ..words import stuck_signal
 from . import jsonwalk, safepickle
 from .attribution import rank_from_path
 from .facts import Facts
@@ -843,13 +844,9 @@ class _Reader:
             errors.extend(self.frames(last))
         if timed_out:
             first = timed_out[0]
-            what = f"{table.op(first)} #{table.seq[first]} on group {table.gid[first]}"
-            timeout = op_of(first).timeout_ms
-            limit = f" after {timeout} ms" if timeout is not None else ""
-            more = f" ({len(timed_out) - 1} more calls timed out)" if len(timed_out) > 1 else ""
-            facts.stuck.append(StuckSignal(
-                "watchdog_timeout", f"{what} was retired without completing: timed out{limit}{more}",
-                op_of(first).evidence, detail_zh=f"{what} 未完成即被回收：已超时{limit}"))
+            facts.stuck.append(stuck_signal(
+                "watchdog_timeout", "fr_retired", op_of(first).evidence, op=table.op(first), seq=table.seq[first],
+                group=table.gid[first], timeout_ms=op_of(first).timeout_ms, others=len(timed_out) - 1))
 
         descs = {gid: next(filter(None, table.column(table.desc, positions)), "")
                  for gid, positions in table.groups.items()}
