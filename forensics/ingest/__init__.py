@@ -9,7 +9,8 @@ from dataclasses import replace
 
 from .. import limits
 from .. import model as m
-from ..model import Artifact, Diagnostic, Evidence, Incident, StuckSignal
+from ..model import Artifact, Diagnostic, Evidence, Incident
+from ..words import stuck_signal
 from . import wholedump, workers
 from .attribution import rank_from_path
 from .facts import Facts
@@ -485,9 +486,7 @@ def load_incident(paths, plugins, hung: bool = False, jobs: int | None = None,
                                 f"read: no rank, communicator, catalogued message or stack dump in them; "
                                 f"{skipped} file(s) skipped)")
     if hung:
-        incident = replace(incident, stuck=incident.stuck + (
-            StuckSignal("cli_hung", "the user says the job is hung (--hung)",
-                        detail_zh="用户指明作业已挂起（--hung）"),))
+        incident = replace(incident, stuck=incident.stuck + (stuck_signal("cli_hung", "cli_hung"),))
     return incident
 
 
