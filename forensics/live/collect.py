@@ -924,12 +924,13 @@ def _collective_timeout_s(rounds: list[dict]) -> float | None:
 def _write_progress(out: str, ranks: list[Rank], rounds: list[dict], interval: float,
                     stuck_after: float | None = None) -> None:
     """collect's progress.json: the rounds judged by `progress_document`."""
-    data = progress_document([(r.rank, r.proc.pid) for r in ranks], rounds, interval, stuck_after)
+    data = progress_document([(r.rank, r.proc.pid) for r in ranks], rounds, interval, stuck_after,
+                             "forensics collect")
     _write_json(os.path.join(out, "progress.json"), data)
 
 
 def progress_document(ranks: list[tuple[int, int | None]], rounds: list[dict], interval: float,
-                      stuck_after: float | None = None) -> dict:
+                      stuck_after: float | None = None, written_by: str = "forensics collect") -> dict:
     """progress.json (forensics.progress/2) from rounds of what each rank
     showed, as collect and watch both write it, so that one reader
     (forensics/ingest/progress.py) judges "hung or slow" for both: whether
@@ -981,7 +982,7 @@ def progress_document(ranks: list[tuple[int, int | None]], rounds: list[dict], i
     else:
         threshold, source = DEFAULT_STUCK_AFTER_S, "the default (no collective timeout known)"
     gpus = [rd.get("gpus") for rd in rounds if rd.get("gpus") is not None]
-    return {"schema": PROGRESS_SCHEMA, "rounds": len(rounds),
+    return {"schema": PROGRESS_SCHEMA, "written_by": written_by, "rounds": len(rounds),
             "seconds": round(rounds[-1]["time"] - rounds[0]["time"], 2), "interval_s": interval,
             "stuck_after_s": threshold, "stuck_after_from": source, "collective_timeout_s": timeout,
             "ranks": per_rank,

@@ -227,7 +227,7 @@ def root_cause_rank(culprits, states: dict[int, dict]) -> int | None:
     return min(culprits, key=key) if culprits else None
 
 
-def describe_progress(rank: int, states: dict[int, dict], culprits) -> str:
+def describe_progress(rank: int, states: dict[int, dict], culprits, window: dict | None = None) -> str:
     state = states.get(rank)
     if state is None:
         return "it published nothing (never, or its state expired)"
@@ -235,7 +235,12 @@ def describe_progress(rank: int, states: dict[int, dict], culprits) -> str:
         return "it exited" + (f" ({state['exit']})" if state.get("exit") else "")
     if not is_blocked(state):
         ago = f", published {time.time() - state['time']:.0f} s ago" if state.get("time") else ""
-        return f"it is in no communication call (its last state: {state.get('current_op')}{ago})"
+        text = f"it is in no communication call (its last state: {state.get('current_op')}{ago})"
+        place = ((window or {}).get("ranks") or {}).get(str(rank)) or {}
+        if place.get("busy_in"):  # where the window's stack dumps placed it
+            text += (f"; it {'stayed idle' if place.get('idle') else 'kept busy'} in {place['busy_in']} "
+                     f"through the {window['seconds']:g} s window")
+        return text
     done = state.get("done")
     if done is None:
         return "its count of completed collectives is unknown"
@@ -489,6 +494,7 @@ class Watcher:
         self.full_due = False               # a part was judged alone: judge everything once changes pause
         self.last_full = 0.0
         self.window: list[dict] = []        # rounds sampled since the last change (progress_document's)
+        self.judged_window: dict | None = None  # progress.json of the last stuck judgment
 
     # -- the store
 
@@ -689,7 +695,7 @@ class Watcher:
                     round_["ranks"][rank] = agent_round(state)
         pids = [(rank, state.get("pid") if _is_int(state.get("pid")) else None)
                 for rank, state in sorted(states.items())]
-        return progress_document(pids, rounds, self.o.stuck_after / 2, self.o.stuck_after)
+        return progress_document(pids, rounds, self.o.stuck_after / 2, self.o.stuck_after, "forensics watch")
 
     def analyze(self, folder: str):
         from .. import analyze
@@ -755,6 +761,7 @@ class Watcher:
             self.window.append(self.sample())
             window = self.window_document(states)
             self.window = []
+        self.judged_window = window
         self.write_snapshots(self.current, states, window, part is not None)
         report = self.analyze(self.current)
         if stuck:
@@ -795,7 +802,8 @@ class Watcher:
                 self.say(f"could not write {filename}: {type(exc).__name__}: {exc}")
                 continue
             _write_text(os.path.join(folder, filename), text)
-        progress = describe_progress(root, states, report.culprit_ranks) if root is not None else ""
+        progress = describe_progress(root, states, report.culprit_ranks, self.judged_window) \
+            if root is not None else ""
         verdict.summary = {
             "schema": VERDICT_SCHEMA, "verdict": report.verdict, "culprit_ranks": list(report.culprit_ranks),
             "root_cause_rank": root, "root_cause_progress": progress,
