@@ -406,7 +406,7 @@ def _entry(raw: dict, path: str, line: int) -> Entry:
 
 # Kept here for the callers that name them as `messages.X`; each lives in the
 # module that does that one thing, imported when first named.
-_ELSEWHERE = {"check": "messages_check", "SLOW_MS": "messages_check", "page": "messages_pages",
+_ELSEWHERE = {"check": "messages_check", "page": "messages_pages",
               "main": "messages_cli"}
 
 

@@ -17,7 +17,7 @@ import json
 from . import lazy, shipped
 
 SCHEMA_FILE = "messages.schema.json"
-MAX_FILE_BYTES = 4 << 20  # the largest shipped file is about 60 KB
+MAX_FILE_BYTES = 4 << 20  # dozens of times the largest shipped file
 MAX_NODES = 200_000
 
 Problem = tuple[str, int, str]  # (file as displayed, line, message)
@@ -39,8 +39,8 @@ def read(path: str, display: str, validate: bool = True) -> tuple[list[tuple[dic
     """The entries of one catalogue file that fit the schema, each with the
     line it starts on, and every problem of the file. An entry with a
     problem is left out; the others are kept. Without `validate` (the
-    shipped files, which the test suite validates: a run does not pay a
-    quarter of a second for it) only the file's own shape is checked."""
+    shipped files, which the test suite validates, so that no run pays for
+    jsonschema) only the file's own shape is checked."""
     try:
         with open(path, "rb") as handle:
             raw = handle.read(MAX_FILE_BYTES + 1)
@@ -197,17 +197,20 @@ def _unknown_keys(error) -> list[str]:
 def _message(error) -> str:
     """The error in words a catalogue author reads: which key is missing or
     unknown, the schema's own `x-message` where it gives one."""
-    if error.validator == "required" and isinstance(error.instance, dict):
-        missing = [key for key in error.validator_value if key not in error.instance]
-        return f"missing {', '.join(repr(key) for key in missing)}"
+    if error.validator == "required":  # one error per missing key
+        return "missing " + error.message.replace(" is a required property", "")
     extra = _unknown_keys(error)
     if extra:
         allowed = sorted(error.schema.get("properties", {}))
         return f"unknown key(s): {', '.join(extra)} (allowed: {', '.join(allowed)})"
     custom = error.schema.get("x-message") if isinstance(error.schema, dict) else None
     if custom:
-        return f"{error.instance!r} {custom}" if not isinstance(error.instance, (dict, list)) else custom
+        return custom if isinstance(error.instance, (dict, list)) else f"{_shortened(repr(error.instance))} {custom}"
     return error.message
+
+
+def _shortened(text: str, most: int = 80) -> str:
+    return text if len(text) <= most else text[:most - 5] + "…" + text[-4:]
 
 
 def _most_specific(error):

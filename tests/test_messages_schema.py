@@ -140,3 +140,14 @@ def test_without_the_schema_an_entry_that_cannot_be_built_is_a_problem_not_a_tra
     entries, problems = messages.load([str(path)], check_examples=False, validate=False)
     assert [e.id for e in entries] == ["test-entry"]
     assert [(n, t.split(":")[0]) for _, n, t in problems] == [(15, "other-entry")]
+
+
+def test_each_missing_key_is_named_once(tmp_path):
+    body = GOOD.replace('    en: "The peer closed the connection."\n', "").replace('    zh: "对端关闭了连接。"\n', "")
+    entries, problems = _problems(tmp_path, body)
+    assert sorted(text for _, _, text in problems) == ["test-entry: missing 'en'", "test-entry: missing 'zh'"]
+
+
+def test_a_long_value_is_shortened_in_its_problem(tmp_path):
+    entries, problems = _problems(tmp_path, GOOD.replace('example: "RuntimeError', 'example: "' + "x" * 500 + '\\nRuntimeError'))
+    assert len(problems) == 1 and len(problems[0][2]) < 200 and "must be one line of text" in problems[0][2]

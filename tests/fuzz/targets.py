@@ -35,7 +35,7 @@ MODULES = (
     "forensics.ingest.manifest", "forensics.ingest.statements", "forensics.ingest.stacks",
     "forensics.ingest.attribution", "forensics.ingest.records", "forensics.ingest.grammar",
     "forensics.ingest.wire", "forensics.ingest.factsfile",
-    "forensics.messages", "forensics.yamlrules", "forensics.model",
+    "forensics.messages", "forensics.messages_match", "forensics.yamlrules", "forensics.model",
 )
 
 
