@@ -231,29 +231,14 @@ def test_job8_warning_with_timestamp_and_outer_prefix():
     assert all(r.errors == () for r in facts.records if r is not receiver)
 
 
-def test_job8_topology():
+def rings(facts) -> dict:
+    """{(group, channel): ranks in ring order} of what the ring lines gave."""
+    return {(group, channel): ring for group, channel, ring, _ in facts.rings}
+
+
+def test_job8_rings():
     facts = parse("job8.log")
-    topo = nccl.topology(facts)
-    assert list(topo) == [WORLD]
-    world = topo[WORLD]
-    assert world["nranks"] == 8
-    assert world["rings"] == {0: list(range(8)), 1: list(range(8))}
-    assert world["ring_neighbours"] == {r: ((r - 1) % 8, (r + 1) % 8) for r in range(8)}
-    assert world["channel_neighbours"][1] == world["ring_neighbours"]
-    assert world["trees"][0][0] == {"up": None, "down": (1,)}
-    assert world["trees"][0][7] == {"up": 6, "down": ()}
-    assert world["trees"][1][4] == {"up": 3, "down": (5,)}
-    assert len(world["links"]) == 16
-    assert world["links"][:2] == [(0, 0, 0, 1, "", "P2P/CUMEM/read"), (0, 0, 1, 2, "", "P2P/CUMEM/read")]
-    assert (0, 0, 3, 4, "send", "NET/IB/0/GDRDMA") in world["links"]
-    assert (1, 0, 7, 0, "send", "NET/IB/0/GDRDMA") in world["links"]
-    assert nccl.topology(str(FIXTURES / "job8.log")) == topo
-
-
-def test_topology_of_unknown_facts():
-    facts = nccl.Facts("nccl", "elsewhere.log")
-    with pytest.raises(LookupError):
-        nccl.topology(facts)
+    assert rings(facts) == {(WORLD, 0): tuple(range(8)), (WORLD, 1): tuple(range(8))}
 
 
 def test_crlf_and_gzip_read_the_same(tmp_path):
@@ -288,13 +273,7 @@ def test_real_nccl_229_two_hosts():
         (group, 0, 2, "gpu-st-ml-1", 50292, 66), (group, 1, 2, "gpu-st-ml-2", 49542, 68)]
     assert [(h, p, r, e.line) for h, p, r, e in facts.pid_ranks] == [
         ("gpu-st-ml-1", 50292, 0, 66), ("gpu-st-ml-2", 49542, 1, 68)]
-    topo = nccl.topology(facts)[group]
-    assert topo["rings"] == {0: [0, 1], 1: [0, 1]}
-    assert topo["ring_neighbours"] == {0: (1, 1), 1: (0, 0)}
-    assert topo["trees"] == {0: {0: {"up": None, "down": (1,)}, 1: {"up": 0, "down": ()}},
-                             1: {0: {"up": 1, "down": ()}, 1: {"up": None, "down": (0,)}}}
-    # Connected lazily, after Init COMPLETE: the process's only communicator.
-    assert (0, 0, 0, 1, "send", "NET/Libfabric/0") in topo["links"] and len(topo["links"]) == 8
+    assert rings(facts) == {(group, 0): (0, 1), (group, 1): (0, 1)}
 
 
 def test_real_init_that_never_completes():
@@ -307,10 +286,6 @@ def test_real_init_that_never_completes():
     assert proc.errors == (Evidence(
         "real_init_never_completes.log", 19,
         "bigo:1884:2346 [0] socket.c:446 NCCL WARN socketFinalizeAccept: wrong type 3 != 4"),)
-    topo = nccl.topology(facts)["nccl:0x9ca74fa6e40df7f4"]
-    assert topo["trees"] == {0: {2: {"up": 0, "down": (1,)}}, 1: {2: {"up": 0, "down": ()}}}
-    assert topo["links"] == [(0, 0, 1, 2, "receive", "NET/IBext_v8/1"), (0, 0, 2, 0, "send", "NET/IBext_v8/1"),
-                             (1, 0, 1, 2, "receive", "NET/IBext_v8/1"), (1, 0, 2, 0, "send", "NET/IBext_v8/1")]
 
 
 def test_real_coll_lines_rccl_and_warnings():
@@ -375,10 +350,6 @@ def test_warnings_name_their_peers_by_address():
     # The NET/IB peer 192.168.7.2 is hostB's only process, world rank 1; and back.
     assert (a.peers_in_errors, b.peers_in_errors) == ((1,), (0,))
     assert (a.last_op.seq, a.last_op.group) == (2, "nccl:0x1122334455667788")
-    topo = nccl.topology(facts)["nccl:0x1122334455667788"]
-    assert topo["ring_neighbours"] == {0: (1, 1), 1: (0, 0)}
-    assert topo["links"] == [(0, 0, 0, 1, "send", "NET/IB/0"), (0, 0, 1, 0, "send", "NET/IB/0"),
-                             (1, 0, 0, 1, "send", "NET/IB/0"), (1, 0, 1, 0, "send", "NET/IB/0")]
 
 
 def test_version_mismatch_names_the_other_rank():
@@ -399,11 +370,6 @@ def test_old_versions():
     assert (old.last_op.group, old.last_op.seq, old.last_op.dtype) == (group, 0, "float32")
     assert [e.line for e in old.errors] == [9]  # Destroy COMPLETE
     assert facts.comm_members == []  # no commId before NCCL 2.16: nobody else can name it
-    topo = nccl.topology(facts)[group]
-    assert topo["rings"] == {0: [0, 1]}
-    assert topo["trees"] == {0: {0: {"up": None, "down": (1,)}}, 1: {0: {"up": 1, "down": ()}}}
-    assert topo["links"] == [(0, None, 0, 1, "send", "NET/IB/0/GDRDMA"), (1, None, 0, 1, "", "P2P/IPC"),
-                             (2, None, 0, 1, "", "P2P/direct pointer")]
 
 
 def test_split_without_comm_id_counts_splits_of_the_parent(tmp_path):
@@ -476,7 +442,7 @@ def test_tail_mode_matches_full_mode(tmp_path):
     assert error.line == (near_end + 2) - (total_lines(data) + 1)
     assert line_of(path, absolute(error.line, data)) == error.text == warn.decode()
     assert record(tail, "gpu-node000", 41034).rank == 2
-    assert nccl.topology(tail) == nccl.topology(full)
+    assert rings(tail) == rings(full)
 
 
 def _reads(monkeypatch) -> list:
@@ -507,7 +473,7 @@ def test_tail_grows_until_it_holds_every_process_newest_calls(tmp_path, monkeypa
     reads = _reads(monkeypatch)
     with small_tail(tail=2 << 20, first=32 << 10):
         grown = nccl.parse(str(path), "job.log")
-        grown_views = nccl.communicators(grown)
+        grown_views = grown.comm_views
     assert len(reads) == 2  # the first tail, then one long enough
     first_tail, final_tail = reads[0][0], reads[1][0]
     assert len(data) - first_tail < 33 << 10 and len(data) - final_tail < 2 << 20
@@ -521,7 +487,7 @@ def test_tail_grows_until_it_holds_every_process_newest_calls(tmp_path, monkeypa
     assert "0 last call(s) of processes and communicators the tail does not show" in note.message
     with small_tail(tail=2 << 20):
         fixed = nccl.parse(str(path), "job.log")
-        fixed_views = nccl.communicators(fixed)
+        fixed_views = fixed.comm_views
     assert len(reads) == 3
     assert [(r.host, r.pid, r.last_op, r.recent_ops, r.progress, r.errors) for r in grown.records] == \
         [(r.host, r.pid, r.last_op, r.recent_ops, r.progress, r.errors) for r in fixed.records]
@@ -658,7 +624,7 @@ def test_tail_mode_finds_the_init_of_a_communicator_created_mid_run(tmp_path):
     for facts in (full, tail):
         assert [(g, r) for g, r, *_ in facts.comm_members if g == group] == [(group, 0), (group, 1)]
         assert record(facts, "gpu-node000", 41000).progress[group].enqueued == 3
-    assert nccl.topology(tail)[group]["rings"] == nccl.topology(full)[group]["rings"] == {0: [0, 1]}
+    assert rings(tail)[(group, 0)] == rings(full)[(group, 0)] == (0, 1)
     silent = "nccl:0x000000000005e1e47"
     assert silent in record(full, "gpu-node000", 41000).progress
     assert silent not in record(tail, "gpu-node000", 41000).progress
@@ -988,7 +954,6 @@ def _check_never_crashes(path, data):
                 assert op.evidence.text == data.split(b"\n")[number - 1].decode("utf-8", "replace").strip() \
                     or b"\x1b" in data or b"\r" in data or b"\x00" in data
                 assert isinstance(op.seq, int) and op.seq >= 0
-        nccl.topology(facts)
 
 
 def test_prefix_rank_that_contradicts_the_world_rank(tmp_path):

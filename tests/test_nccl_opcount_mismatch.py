@@ -297,20 +297,6 @@ def test_one_init_line_cut_the_other_kept_is_still_matched(tmp_path):
 
 # ---------------------------------------------------------------- reading
 
-def test_views_come_from_memory_or_are_parsed_again(tmp_path):
-    path = write(tmp_path, "a.log", steps("h", 1, "0xaa", 2, [("AllReduce", 64)] * 3))
-    other = write(tmp_path, "b.log", steps("h", 2, "0xbb", 2, [("AllReduce", 64)] * 3))
-    facts = nccl.parse(str(path), "a.log")
-    views = nccl.communicators(facts)
-    assert nccl.communicators(str(path), "a.log") is views           # parsed here: from memory
-    fresh = tmp_path / "c.log"
-    shutil.copy(other, fresh)
-    assert nccl.communicators(str(fresh), "c.log", parse_missing=False) is None
-    (view,) = nccl.communicators(str(fresh), "c.log")
-    assert (view.host, view.pid, view.pointer, view.nranks) == ("h", 2, "0xbb", 2)
-    assert [call.opcount for call in view.calls] == [0, 1, 2] and view.calls[0].evidence.path == "c.log"
-
-
 def test_views_parsed_by_worker_processes_travel_with_their_facts(tmp_path, monkeypatch):
     import forensics.ingest as ingest
 
@@ -318,11 +304,15 @@ def test_views_parsed_by_worker_processes_travel_with_their_facts(tmp_path, monk
     write(tmp_path, "a.log", steps("h", 1, "0xaa", 2, same + [("AllReduce", 64)]))
     write(tmp_path, "b.log", steps("h", 2, "0xbb", 2, same + [("Broadcast", 64)]))
     monkeypatch.setattr(ingest, "PARALLEL_MIN", 2)  # two files are enough for the forked workers
-    nccl._VIEWS.clear()
+    forked = []
+    real = ingest._parse_forked
+    monkeypatch.setattr(ingest, "_parse_forked", lambda *args: forked.append(len(args[0])) or real(*args))
     plugins = Plugins(autoload=False)
     incident = load_incident([str(tmp_path)], plugins, jobs=2)
-    assert not nccl._VIEWS  # parsed in the workers: nothing of it in this process's memory
+    assert forked == [2]  # both files parsed by forked worker processes
     assert {v.pid for v in incident.comm_views} == {1, 2}
+    (comm,) = incident.communicators
+    assert {s.view.pid for s in comm.members} == {1, 2} and comm.diverge == 4
     assert len(ours(analyze_incident(incident, plugins))) == 1
 
 

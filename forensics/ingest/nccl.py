@@ -6,11 +6,11 @@ output) with other programs' lines; each NCCL process (`host:pid`) becomes one
 communicator), its WARNs, its global rank when an outer `[rankN]:` prefix
 states it. Init lines feed `comm_members` (the communicator's members, by
 `commId`, the hash every member prints) and `pid_ranks` (host:pid → rank in
-the largest communicator). `topology()` gives the rings and trees of each
-communicator, for naming the link a stalled ring depends on;
-`communicators()` each process's view of each communicator it called on
-(`CommView`: its newest calls, its rank there, its ring and tree lines), for
-telling which per-process pointers are one communicator when no commId does.
+the largest communicator), ring lines feed `rings` (for naming the link a
+stalled ring depends on), and each process's view of each communicator it
+called on (`CommView`: its newest calls, its rank there, its ring and tree
+lines) travels as `comm_views`, for merge to tell which per-process pointers
+are one communicator when no commId does (ingest/communicators.py).
 
 Reading. A line is found by its NCCL prefix anywhere in it (launchers and
 terminals glue `[rank3]:`, `(RayWorkerWrapper pid=…)`, timestamps, colours
@@ -109,7 +109,7 @@ TAIL_FIRST = 256 << 10          # and at the end, first this much,
 TAIL_BYTES = 16 << 20           # growing up to this while the tail misses a process's newest calls
 CHUNK = 8 << 20                 # bytes per read
 RECENT_OPS = 8
-COMM_WINDOW = 256               # calls kept per process for `communicators()` (RECENT_OPS of them for records)
+COMM_WINDOW = 256               # calls kept per process for its communicator views (RECENT_OPS of them for records)
 MAX_ERRORS = 64                 # per process: the first 16 and the last 48
 MAX_BACK_HOPS = 20000           # tail mode: lines of one process looked at going backwards
 FROM_END = 1 << 62              # tail mode: line k from the end is FROM_END - k inside the reader
@@ -180,7 +180,7 @@ class CommView:
     process; `group` is this reader's id for it: `nccl:<commId>…`, which
     every member prints, when an init line gave one, else the per-process
     `nccl-comm:<host>:<pid>:<pointer>`. Telling which views across processes
-    are one communicator is left to the rules (rules/nccl_same_comm.py):
+    are one communicator is left to merge (ingest/communicators.py):
     `calls` (those among the process's newest COMM_WINDOW, oldest first;
     `cut` when calls before them may be missing, so the oldest opCount may
     be incomplete), the process's rank in the communicator (`comm_rank`,
@@ -263,103 +263,13 @@ def parse(path: str, display: str, full: bool = False) -> Facts:
     facts = reader.facts
     reader.finish()
     facts.comm_views.extend(reader.views)  # they travel with the facts, from worker processes too
-    _remember(id(facts), (facts, reader.topology, reader.views))
-    _remember_views((os.path.realpath(path), size, stat.st_mtime_ns, bool(full), display), reader.views)
     return facts
-
-
-def communicators(source, display: str | None = None, full: bool = False,
-                  parse_missing: bool = True) -> "tuple[CommView, ...] | None":
-    """Each process's view of each communicator it called on, for a parsed
-    file (see `CommView`).
-
-    `source` is the Facts `parse` returned (in this process), or a path:
-    a file this process parsed (same `display` and `full`, unchanged since)
-    is answered from memory; any other is parsed now, or, when
-    `parse_missing` is False, answered with None (files parsed by worker
-    processes are not in this process's memory).
-    """
-    if isinstance(source, Facts):
-        cached = _TOPOLOGY.get(id(source))
-        if cached is not None and cached[0] is source:
-            return cached[2]
-        raise LookupError(f"{source.path}: no NCCL communicators for these facts (parsed in another "
-                          "process?); call communicators() with the file's path")
-    path = os.fspath(source)
-    display = path if display is None else display
-    try:
-        stat = os.stat(path)
-    except OSError as exc:
-        raise InputError(display, f"cannot read: {exc.strerror.lower() if exc.strerror else exc}") from None
-    views = _VIEWS.get((os.path.realpath(path), stat.st_size, stat.st_mtime_ns, bool(full), display))
-    if views is None and parse_missing:
-        facts = parse(path, display, full=full)
-        views = _TOPOLOGY[id(facts)][2]
-    return views
-
-
-def topology(source) -> dict:
-    """{group: {"nranks", "rings", "ring_neighbours", "channel_neighbours",
-    "trees", "links"}} for the communicators of a parsed file.
-
-    `source` is the Facts `parse` returned (in this process), or a path,
-    which is parsed (once per file version). Per group: `rings` maps a
-    channel to its ranks in ring order; `channel_neighbours` maps a channel
-    to {rank: (prev, next)} and `ring_neighbours` is that of the lowest
-    channel; `trees` maps a channel to {rank: {"up": r, "down": (r, ...)}}
-    (-1, "none", left out); `links` lists (channel, connIndex, from, to,
-    direction, transport) as the connection lines state them. Ranks are
-    ranks in the communicator.
-    """
-    if isinstance(source, Facts):
-        cached = _TOPOLOGY.get(id(source))
-        if cached is not None and cached[0] is source:
-            return cached[1]
-        raise LookupError(f"{source.path}: no NCCL topology for these facts (parsed in another "
-                          "process?); call topology() with the file's path")
-    path = os.fspath(source)
-    try:
-        stat = os.stat(path)
-    except OSError as exc:
-        raise InputError(path, f"cannot read: {exc.strerror.lower() if exc.strerror else exc}") from None
-    key = (os.path.realpath(path), stat.st_size, stat.st_mtime_ns)
-    cached = _TOPOLOGY.get(key)
-    if cached is None:
-        facts = parse(path, path)
-        cached = _TOPOLOGY[id(facts)]
-        _remember(key, cached)
-    return cached[1]
 
 
 forensics_sniff, forensics_parse = reader_hooks(
     {KIND: lambda artifact: parse(artifact.path, artifact.display, full=artifact.full)},
     lambda path, head: KIND if sniff(path, head) else None)
 forensics_sniff_markers = markers_hook((b" NCCL INFO ", b" NCCL WARN "))
-
-
-# The topology of the last files parsed, by id(facts) (the Facts kept alive
-# with it, so an id is never reused while cached) and by path.
-_TOPOLOGY: "collections.OrderedDict" = collections.OrderedDict()
-_TOPOLOGY_KEEP = 64
-
-
-def _remember(key, entry: tuple) -> None:
-    _TOPOLOGY[key] = entry
-    while len(_TOPOLOGY) > _TOPOLOGY_KEEP:
-        _TOPOLOGY.popitem(last=False)
-
-
-# The communicator views of the last files parsed, by (real path, size,
-# mtime, full, display): what `communicators(path)` answers without parsing.
-_VIEWS: "collections.OrderedDict" = collections.OrderedDict()
-_VIEWS_KEEP = 256
-
-
-def _remember_views(key: tuple, views: tuple) -> None:
-    _VIEWS[key] = views
-    _VIEWS.move_to_end(key)
-    while len(_VIEWS) > _VIEWS_KEEP:
-        _VIEWS.popitem(last=False)
 
 
 # ------------------------------------------------------------------ sources
