@@ -10,8 +10,11 @@ make sense in sequence. Readers then read only what is theirs.
 
 from __future__ import annotations
 
+import os
+import re
+
 from ..model import Artifact
-from .attribution import rank_from_path
+from .attribution import STRONG, path_rank, rank_from_path
 from .textio import (HEAD_BYTES, LAUNCHER_PREFIX, InputError, has_nul, launcher_prefixes, looks_binary, looks_json,
                      read_ends, read_head, stamped, stamped_somewhere, unstamp)
 
@@ -58,17 +61,19 @@ def sniff(path: str, display: str, plugins) -> tuple[list[str], str, bool]:
     if stamps:
         head = unstamp(head)
     kinds = plugins.each("forensics_sniff", path=path, head=head)
+    tail = head
     if len(head) >= HEAD_BYTES and _plain_text(head):
-        more, stamped_later = _sniff_beyond_head(path, plugins)
+        more, stamped_later, tail = _sniff_beyond_head(path, plugins)
         kinds += [kind for kind in more if kind not in kinds]
         stamps = stamps or stamped_later
     if b"]:" in head or len(head) >= HEAD_BYTES:
         split, only_prefixed = _split_by_process(path, head, plugins, stamps)
         # a format read per process is not read whole too, where only its prefixed lines show it
         kinds = [kind for kind in kinds if kind not in only_prefixed] + split
-    if not kinds and not has_nul(head) and not looks_binary(head):  # a rank's console nothing else reads
+    if not has_nul(head) and not looks_binary(head) and (not kinds or _ends_unclaimed(path, tail, plugins, stamps)):
+        # a rank's console nothing else reads, or whose last lines nothing else reads: its last words
         from . import console
-        kinds = [kind for kind in (console.sniff(path, head),) if kind]
+        kinds += [kind for kind in (console.sniff(path, head),) if kind and kind not in kinds]
     if kinds:
         return kinds, STAMPED if stamps else "", stamps
     if looks_binary(head):
@@ -83,16 +88,49 @@ def _plain_text(head: bytes) -> bool:
     return not looks_json(head)
 
 
-def _sniff_beyond_head(path: str, plugins) -> tuple[list[str], bool]:
+LAST_LINES = 5  # a console's last lines that, when they are its own output, are its last words
+_NATIVE_FRAME = re.compile(rb"(?:frame )?#\d")  # c10d's `frame #4: …`, gdb's `#0  0x…`
+
+
+def _ends_unclaimed(path: str, tail: bytes, plugins, stamps: bool) -> bool:
+    """Whether a text file (`tail`: its end, or all of a small file) ends in
+    LAST_LINES non-blank lines of the job's own output: lines no reader claims,
+    holding none of the readers' markers, none indented or a native frame
+    (stack dumps and tracebacks are). A rank's console whose NCCL init lines
+    or early warnings a reader reads, and which ends in what the job printed
+    ("loading shard 17 from …"), has last words too."""
+    # the file's own name (`rank3.stdout.log`: not a folder's, which may be the incident's) names its rank,
+    # or each line does (`[rank3]:`)
+    found = path_rank(os.path.basename(path))
+    own = found is not None and found.strength == STRONG
+    lines: list[bytes] = []
+    end = len(tail)
+    while end > 0 and len(lines) < LAST_LINES:
+        start = tail.rfind(b"\n", 0, end - 1) + 1
+        line = unstamp(tail[start:end]) if stamps else tail[start:end]
+        end = start
+        prefix = LAUNCHER_PREFIX.match(line)
+        text = line[prefix.end():] if prefix else line
+        if not text.strip():
+            continue
+        if text[:1].isspace() or _NATIVE_FRAME.match(text) or any(mark in text for mark in markers(plugins)) \
+                or not (own or prefix and prefix.group(1) == b"rank"):
+            return False
+        lines.append(line)
+    return len(lines) == LAST_LINES and not plugins.each("forensics_sniff", path=path,
+                                                         head=b"".join(reversed(lines)))
+
+
+def _sniff_beyond_head(path: str, plugins) -> tuple[list[str], bool, bytes]:
     """The kinds the rest of a text file shows: its tail (where a console log
     ends in watchdog timeouts and tracebacks after hours of training output)
-    and the windows of its middle around lines some reader may claim; and
-    whether the tail's lines carry a collector's timestamps (a job's output
-    stamped from some point on: the stamps are taken off line by line)."""
+    and the windows of its middle around lines some reader may claim; whether
+    the tail's lines carry a collector's timestamps (a job's output stamped
+    from some point on: the stamps are taken off line by line); and the tail."""
     try:
         _, middle, tail = read_ends(path, markers(plugins))
     except InputError:
-        return [], False
+        return [], False, b""
     kinds: list[str] = []
     stamps = False
     for sample in (tail, middle):
@@ -103,7 +141,7 @@ def _sniff_beyond_head(path: str, plugins) -> tuple[list[str], bool]:
         if stamps:
             sample = unstamp(sample)
         kinds += [k for k in plugins.each("forensics_sniff", path=path, head=sample) if k not in kinds]
-    return kinds, stamps
+    return kinds, stamps, tail
 
 
 # Formats whose lines make sense only in sequence, one process's: a console
