@@ -250,3 +250,17 @@ def test_each_anchor_is_a_tail_of_its_literal_starting_where_text_is_thin():
     for literal in messages.catalogue()._by_literal:
         tail = messages_match._anchor(literal)
         assert literal.endswith(tail) and len(tail) >= min(len(literal), messages_match._ANCHOR_MIN)
+
+
+def test_the_catalogue_imports_nothing_of_ingest():
+    """ingest reads lines through the catalogue; the catalogue must not need
+    ingest back (an import cycle): a fresh interpreter loads it and matches a
+    line without importing any of forensics.ingest."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from forensics import messages; "
+            "hits = messages.catalogue().match(messages.catalogue().entries[0].example); "
+            "print(len(hits), sorted(m for m in sys.modules if m.startswith('forensics.ingest')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split(" ", 1)[0] != "0" and out.strip().endswith("[]"), out
