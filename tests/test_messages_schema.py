@@ -9,26 +9,13 @@ import pytest
 
 from forensics import messages, messages_schema
 from forensics.cli import main
+from test_messages import ENTRY
 
 HERE = os.path.dirname(__file__)
 ROOT = os.path.dirname(HERE)
 
-GOOD = """\
-messages:
-  - id: test-entry
-    project: gloo
-    source: gloo/transport/tcp/pair.cc
-    versions: "1.13-2.13"
-    level: exception
-    match: "Connection closed by peer"
-    patterns: ['Connection closed by peer (?P<peer_addr>\\S+)']
-    example: "RuntimeError: [x.cc:1] Connection closed by peer [10.0.0.2]:5000"
-    ok: ["RuntimeError: [x.cc:1] Connection closed by peer"]
-    facts: {peer_addr: "[10.0.0.2]:5000"}
-    proves: {cause: peer_died, stuck: false, blames: peer, knock_on: true}
-    en: "The peer closed the connection."
-    zh: "对端关闭了连接。"
-"""
+GOOD = ENTRY.replace("{FACTS}", '{peer_addr: "[10.0.0.2]:5000"}').replace(
+    "    facts:", '    ok: ["RuntimeError: [x.cc:1] Connection closed by peer"]\n    facts:')
 
 
 def _problems(tmp_path, body: str, name: str = "bad.yaml"):
