@@ -34,6 +34,14 @@ def assess(report, verdict_of: dict) -> Confidence:
     if lead is not None and lead.confidence:
         return Confidence(lead.confidence, lead.confidence_reason, lead.confidence_reason_zh)
     shape = _by_shape(report)
+    # A finding that states the same culprits with a confidence of its own (a
+    # message naming the rank that did not arrive) confirms the shape's reading.
+    confirms = [f for f in report.findings if f.confidence and f is not lead and lead is not None
+                and verdict_of.get(f.kind) == report.verdict and set(f.ranks) == set(lead.ranks)
+                and LEVELS.index(f.confidence) > LEVELS.index(shape.level)]
+    if confirms:
+        best = max(confirms, key=lambda f: LEVELS.index(f.confidence))
+        return Confidence(best.confidence, best.confidence_reason, best.confidence_reason_zh)
     doubts = [f for f in report.findings if f.confidence and f is not lead
               and verdict_of.get(f.kind) == report.verdict and LEVELS.index(f.confidence) < LEVELS.index(shape.level)]
     if doubts:
@@ -148,7 +156,17 @@ def would_decide(report) -> tuple[tuple[str, ...], tuple[str, ...]]:
                       f"NCCL_DEBUG=INFO 日志会写明每次调用的通信组（py-spy --locals 只把显式传入的通信组显示为对象）")
     for group in sorted({s.current_op.group or "0" for s in incident.ranks.values() if s.is_blocked
                          and s.rank not in blind}):
-        absent = [r for r in incident.members(group) if r not in incident.ranks or r in silent]
+        stated = incident.stated_members(group)
+        known = incident.groups.get(group)
+        if stated is None or (known is not None and known.partial):
+            waiting = sorted(s.rank for s in incident.ranks.values() if s.is_blocked and (s.current_op.group or "0") == group)
+            out.append(f"the members of group {group} (rank {compact(waiting)} wait in it; no artifact lists all its "
+                       f"ranks, so whom they wait for is not guessed): c10d's group creation lines, NCCL_DEBUG=INFO "
+                       f"init lines or Flight Recorder dumps, and the stacks or logs of its other members")
+            out_zh.append(f"通信组 {group} 的成员（Rank {compact(waiting)} 在其中等待；没有产物列出它的成员，因此不猜测它们在等谁）："
+                          f"c10d 建组日志、NCCL_DEBUG=INFO 初始化日志或 Flight Recorder dump，以及其他成员的栈或日志")
+            continue
+        absent = [r for r in stated if r not in incident.ranks or r in silent]
         pg = incident.groups.get(group)
         if absent:
             out.append(f"stack dumps or logs of rank {compact(absent)} (members of group {group} with nothing read)")
@@ -160,6 +178,21 @@ def would_decide(report) -> tuple[tuple[str, ...], tuple[str, ...]]:
         out.append("Flight Recorder dumps (TORCH_NCCL_TRACE_BUFFER_SIZE) or NCCL_DEBUG=INFO logs of every rank")
         out_zh.append("每个 Rank 的 Flight Recorder dump（TORCH_NCCL_TRACE_BUFFER_SIZE）或 NCCL_DEBUG=INFO 日志")
     return tuple(out), tuple(out_zh)
+
+
+def unlisted_group_ranks(incident) -> dict[int, str]:
+    """{rank: group} of ranks blocked in a call on a named group whose
+    members no artifact lists in full (stated_members): whom they wait for
+    is not guessed."""
+    out = {}
+    for state in incident.ranks.values():
+        op = state.current_op
+        if not state.is_blocked or op is None or not op.group_known or op.group.startswith(UNIDENTIFIED_GROUP):
+            continue
+        known = incident.groups.get(op.group)
+        if incident.stated_members(op.group) is None or (known is not None and known.partial):
+            out[state.rank] = op.group
+    return out
 
 
 def unknown_group_ranks(incident) -> list[int]:

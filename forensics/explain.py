@@ -149,6 +149,9 @@ _LABELS = {
            "unknown_groups": " {n} rank(s) ({ranks}) are blocked in collectives on process groups that the "
                              "stack dumps show only as objects, and no log or Flight Recorder entry names: "
                              "whom they wait for, and so whether their waits form a cycle, cannot be told.",
+           "unlisted_groups": " {n} rank(s) ({ranks}) wait in calls on group {groups}, whose members no "
+                              "artifact lists (the ranks it names are group-local numbers): whom they wait for "
+                              "is not guessed.",
            "all_joined": " {b} rank(s) are inside communication calls that every member has joined, yet "
                          "the job is stuck: suspect the transport (network fault) and collect "
                          "NCCL_DEBUG=INFO logs or Flight Recorder dumps."},
@@ -170,6 +173,8 @@ _LABELS = {
            "waiting": "{n} 个 Rank 中有 {w} 个在等待其他 Rank。",
            "unknown_groups": "有 {n} 个 Rank（{ranks}）阻塞在集合通信中，其通信组在栈里只显示为对象，日志和 Flight Recorder "
                              "也没有写明：无法判断它们在等谁，也就无法判断这些等待是否成环。",
+           "unlisted_groups": "有 {n} 个 Rank（{ranks}）在通信组 {groups} 的调用中等待，但没有任何产物列出该组的成员"
+                              "（其中的 Rank 编号是组内编号）：不猜测它们在等谁。",
            "all_joined": "有 {b} 个 Rank 处于所有成员都已加入的通信调用中，但作业仍然卡住：怀疑是传输层（网络故障），"
                          "请收集 NCCL_DEBUG=INFO 日志或 Flight Recorder dump。"},
 }
@@ -250,8 +255,13 @@ def _undecided(story: _Story) -> str:
         text = labels["inconclusive_empty"] if not n_ranks else labels["inconclusive"]
         blocked = sum(1 for s in report.incident.ranks.values() if s.is_blocked)
         blind = confidence.unknown_group_ranks(report.incident)
+        unlisted = confidence.unlisted_group_ranks(report.incident)
         if blind:
             text += labels["unknown_groups"].format(ranks=compact(blind), n=len(blind))
+        elif unlisted:
+            ranks = sorted(unlisted)
+            text += labels["unlisted_groups"].format(ranks=compact(ranks), n=len(ranks),
+                                                     groups=", ".join(sorted(set(unlisted.values()))))
         elif blocked:
             text += labels["all_joined"].format(b=blocked)
         return text + _would_decide(story)

@@ -388,6 +388,10 @@ class ProcessRecord:
     # Why the record's end is inferred rather than stated (a worker a
     # launcher's failure summary leaves out had exited with code 0); "" when stated.
     inferred: str = ""
+    # The process's rank in groups other than the default one, as its own
+    # lines state it ((group, group-local rank), e.g. from `[PG ID 5 PG GUID
+    # 17(PIPELINE_MODEL_PARALLEL_GROUP) Rank 2]` under `[rank4]:`).
+    group_ranks: tuple[tuple[str, int], ...] = ()
 
 
 # Activities a rank can be in, from most to least informative.
@@ -500,6 +504,9 @@ class ProcessGroup:
     id: str
     name: str = ""
     ranks: tuple[int, ...] = ()
+    # True when `ranks` are the members known so far, not all of them (the
+    # group-local numbers its members state pin some members, not its size).
+    partial: bool = False
     # NCCL ring channels (lowest channel first), where logs show them.
     rings: tuple[Ring, ...] = ()
 
@@ -604,11 +611,24 @@ class Incident:
     communicators: tuple = ()
 
     def members(self, group: str) -> tuple[int, ...]:
-        """Global ranks of `group`; the world when the group is unknown."""
+        """Global ranks of `group`; the world when the group is unknown or
+        only some of its members are (see stated_members for the evidence's word)."""
+        pg = self.groups.get(group) or self.groups.get(group_id(group))
+        if pg is not None and pg.ranks and not pg.partial:
+            return pg.ranks
+        return tuple(sorted(self.ranks))
+
+    def stated_members(self, group: str) -> tuple[int, ...] | None:
+        """Global ranks of `group` as the evidence states them: its member
+        list (for a `partial` group, the members known so far), or for the
+        default group the world; None for another group whose members nothing
+        states (its ranks are then not guessed)."""
         pg = self.groups.get(group) or self.groups.get(group_id(group))
         if pg is not None and pg.ranks:
             return pg.ranks
-        return tuple(sorted(self.ranks))
+        if group_id(group) == DEFAULT_GROUP or (pg is not None and pg.name == "default_pg"):
+            return tuple(sorted(self.ranks))
+        return None
 
 
 # --------------------------------------------------------------------------

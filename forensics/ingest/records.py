@@ -14,6 +14,7 @@ from dataclasses import replace
 
 from .. import model as m
 from ..model import Diagnostic, GroupProgress, ProcessGroup, ProcessRecord
+from ..ranges import compact
 
 PEER_CLAIM = "torch-peer-claim"  # what one rank's log says another rank is doing
 
@@ -257,6 +258,62 @@ def _why(last: m.CommOp | None, died: ProcessRecord | None) -> str:
 FLIGHT_RECORDER = "flight-recorder"
 
 
+def members_from_numbering(placed: dict[int, list[ProcessRecord]], groups: dict[str, ProcessGroup],
+                           world_size: int | None) -> list[Diagnostic]:
+    """Members of groups no artifact lists, from the group-local ranks their
+    members state (`[rank4]:… [PG … GUID 17(…) Rank 2]`: global 4 is rank 2
+    of group 17).
+
+    c10d numbers a group's members in the order of their global ranks, so
+    group-local i < j means global g_i < g_j. Each stated pair is a member;
+    between two pairs as far apart in both numberings (locals 1 and 4,
+    globals 5 and 8) the members in between are the globals in between; below
+    the lowest pair, locals 0..i-1 are globals 0..i-1 when that pair is (i, i).
+    Above the highest pair nothing is known unless it is the world's last
+    rank, so the group is `partial` unless its numbering is pinned from 0 up
+    to the world's end. Pairs that contradict each other or that order
+    leave the group unknown, with a note."""
+    pairs: dict[str, dict[int, set[int]]] = {}
+    for rank, records in placed.items():
+        for record in records:
+            for gid, local in record.group_ranks:
+                pairs.setdefault(gid, {}).setdefault(local, set()).add(rank)
+    notes = []
+    for gid, stated in sorted(pairs.items()):
+        known = groups.get(gid)
+        if gid == m.DEFAULT_GROUP or (known is not None and known.ranks):
+            continue
+        if any(len(globals_) > 1 for globals_ in stated.values()):
+            notes.append(Diagnostic("", 0, f"group {gid}: one group-local rank is stated by several processes; "
+                                           f"its members are not inferred", "warning"))
+            continue
+        ordered = sorted((local, next(iter(g))) for local, g in stated.items())
+        if any(b[1] - a[1] < b[0] - a[0] for a, b in zip(ordered, ordered[1:])):
+            notes.append(Diagnostic("", 0, f"group {gid}: the group-local ranks its members state do not follow "
+                                           f"their global order; its members are not inferred", "warning"))
+            continue
+        members = {g for _, g in ordered}
+        low_pinned = ordered[0][0] == ordered[0][1]
+        if low_pinned:
+            members.update(range(ordered[0][0]))
+        gaps = True
+        for (la, ga), (lb, gb) in zip(ordered, ordered[1:]):
+            if gb - ga == lb - la:
+                members.update(range(ga + 1, gb))
+            else:
+                gaps = False
+        top = ordered[-1][1]
+        complete = low_pinned and gaps and world_size is not None and top == world_size - 1
+        name = known.name if known is not None else ""
+        groups[gid] = ProcessGroup(gid, name, tuple(sorted(members)), partial=not complete)
+        label = f"{gid} ({name})" if name else gid
+        notes.append(Diagnostic("", 0, f"group {label}: no artifact lists its members; from the group-local ranks "
+                                       f"its members state, rank {compact(sorted(members))} "
+                                       f"{'are its members' if complete else 'are members (there may be more)'}",
+                                "info"))
+    return notes
+
+
 def infer_members(placed: dict[int, list[ProcessRecord]], groups: dict[str, ProcessGroup], world_size: int | None,
                   known_ranks) -> list[Diagnostic]:
     """Members of the groups no artifact lists, from Flight Recorder dumps.
@@ -268,10 +325,13 @@ def infer_members(placed: dict[int, list[ProcessRecord]], groups: dict[str, Proc
     dump holds its whole history (the ring never wrapped: record 0 is still
     there) and no call on a group that completed one is not in that group.
     The members are the job's ranks less those; a rank without such a dump
-    stays a possible member. `placed`: the records of each global rank."""
+    stays a possible member. `placed`: the records of each global rank.
+
+    Before that, members from group-local numbers (members_from_numbering)."""
+    notes = members_from_numbering(placed, groups, world_size)
     size = world_size if world_size is not None else (max(known_ranks) + 1 if known_ranks else 0)
     if size < 2 or not m.plausible_rank(size - 1):
-        return []
+        return notes
     dumps = {rank: [r for r in records if r.source == FLIGHT_RECORDER] for rank, records in placed.items()}
     dumps = {rank: records for rank, records in dumps.items() if records and 0 <= rank < size}
     completed: dict[str, tuple[int, m.Evidence | None]] = {}  # group → its highest completed collective
@@ -287,7 +347,6 @@ def infer_members(placed: dict[int, list[ProcessRecord]], groups: dict[str, Proc
             for op in record.recent_ops:
                 if op.state == "completed" and op.is_collective:
                     done(op.group, op.seq, op.evidence)
-    notes = []
     for gid in sorted(completed):
         known = groups.get(gid)
         if gid == m.DEFAULT_GROUP or not gid or gid.startswith(m.UNIDENTIFIED_GROUP) or (known and known.ranks):

@@ -70,7 +70,8 @@ from .. import lazy
 from .reader import markers_hook, reader_hooks
 from .. import messages
 from ..model import (DEFAULT_GROUP, MAX_RANKS, CommOp, Evidence, GroupProgress, ProcessGroup, ProcessRecord,
-                     StuckSignal, normalize_op, plausible_rank)
+                     normalize_op, plausible_rank)
+from ..words import say_stuck, stuck_signal
 from .facts import Facts
 from .cache import BoundedCache as _Cache
 from .grammar import parser
@@ -871,7 +872,7 @@ class _Proc:
     __slots__ = ("key", "rank", "local_rank", "pid", "host", "ops", "progress", "pending_progress",
                  "errors", "error_lines", "errors_dropped", "peers", "timed_out", "alive", "exit_code",
                  "signal", "evidence", "stuck", "guessed_group_op", "meaningful", "c10",
-                 "rank_conflict")
+                 "rank_conflict", "group_ranks")
 
     def __init__(self, key):
         self.key = key
@@ -894,7 +895,8 @@ class _Proc:
         self.exit_code: int | None = None
         self.signal = ""
         self.evidence: Evidence | None = None
-        self.stuck: list[tuple] = []  # (kind, english, chinese, evidence), labelled at the end
+        self.stuck: list[tuple] = []  # (kind, message key, facts, evidence), labelled at the end
+        self.group_ranks: dict[str, int] = {}  # group (not the default one) → this process's rank in it
         self.guessed_group_op: CommOp | None = None
         self.meaningful = False
         self.c10 = False
@@ -1008,6 +1010,8 @@ class _Proc:
         self.stuck.extend(other.stuck)
         self.meaningful = self.meaningful or other.meaningful
         self.c10 = self.c10 or other.c10
+        for group, local in other.group_ranks.items():
+            self.group_ranks.setdefault(group, local)
 
 
 class _Lazy:
@@ -1250,6 +1254,11 @@ class _Reader:
             key = ("rank", rank)
             if label is not None:
                 self.label_ranks.setdefault(label, set()).add(rank)
+            own = _OWN_RANK.match(c10_body) if c10_body and "PG " in c10_body else None
+            if own is not None and own.group("guid") not in (None, DEFAULT_GROUP):
+                # `[rank4]:… [PG ID 5 PG GUID 17(PIPELINE_MODEL_PARALLEL_GROUP) Rank 2]`: rank 4 is
+                # rank 2 of group 17; merge learns the group's members from such pairs
+                self._proc(key).group_ranks.setdefault(own.group("guid"), int(own.group("pg_rank")))
             if local is not None:
                 self.aliases.setdefault(("local", local) if label is None else ("tasklocal", label, local), key)
             if pid is not None:
@@ -1562,9 +1571,10 @@ class _Reader:
         kept[key] = ProcessRecord(PEER_CLAIM, self.display, rank=rank, last_op=last_op,
                                   progress=progress or {}, errors=(evidence,), evidence=evidence)
 
-    def stuck(self, proc: _Proc, kind: str, english: str, chinese: str, evidence: Evidence) -> None:
+    def stuck(self, proc: _Proc, kind: str, key: str, evidence: Evidence, **facts) -> None:
+        """A stuck signal of `proc`: its message key (forensics/words.py) and facts."""
         proc.meaningful = True
-        proc.stuck.append((kind, english, chinese, evidence))
+        proc.stuck.append((kind, key, facts, evidence))
 
     # -- the end
     def finish(self) -> None:
@@ -1680,7 +1690,7 @@ class _Reader:
                 procs[FILE] = loose
         for proc in procs.values():
             if proc.errors_dropped:
-                self.facts.diag(0, f"{self._label(proc)[0]}: {proc.errors_dropped} more error lines not kept",
+                self.facts.diag(0, f"{self._label(proc)}: {proc.errors_dropped} more error lines not kept",
                                 "info")
         return sorted(procs.values(), key=lambda p: (p.rank is None, p.rank if p.rank is not None else 0,
                                                      p.local_rank if p.local_rank is not None else -1,
@@ -1736,29 +1746,34 @@ class _Reader:
                 if not proc.host:
                     proc.host = child.host
 
-    def _label(self, proc: _Proc) -> tuple[str, str]:
+    def _who(self, proc: _Proc) -> tuple[str, object]:
+        """Which process a line is of, as far as it says: (rank | local_rank | pid | file, its value)."""
         if proc.rank is not None:
-            return f"rank {proc.rank}", f"rank {proc.rank}"
+            return "rank", proc.rank
         if proc.local_rank is not None:
-            return f"local rank {proc.local_rank}", f"本地 rank {proc.local_rank}"
+            return "local_rank", proc.local_rank
         if proc.pid is not None:
-            return f"pid {proc.pid}", f"进程 {proc.pid}"
-        return self.display, self.display
+            return "pid", proc.pid
+        return "file", self.display
+
+    def _label(self, proc: _Proc) -> str:
+        kind, value = self._who(proc)
+        return f"{kind.replace('_', ' ')} {value}" if kind != "file" else str(value)
 
     def _record(self, proc: _Proc) -> ProcessRecord:
-        english, chinese = self._label(proc)
+        who = self._who(proc)
         last_op, recent = proc.calls()
         progress = proc.final_progress()
         seen = set()
         anonymous = proc.rank is None and proc.local_rank is None and proc.pid is None
-        for kind, detail, detail_zh, evidence in proc.stuck:
+        for kind, key, facts, evidence in proc.stuck:
+            detail = say_stuck(key, facts)
             if (kind, detail) in seen or (anonymous and (kind, detail) in self.stated):
                 continue
             seen.add((kind, detail))
             self.stated.add((kind, detail))
             if self.stuck_count < MAX_STUCK:
-                self.facts.stuck.append(StuckSignal(kind, f"{english}: {detail}", evidence,
-                                                    detail_zh=f"{chinese}：{detail_zh}"))
+                self.facts.stuck.append(stuck_signal(kind, key, evidence, who=who, **facts))
             elif self.stuck_count == MAX_STUCK:
                 self.facts.diag(0, f"more than {MAX_STUCK} stuck signals: the rest are not listed", "info")
             self.stuck_count += 1
@@ -1766,7 +1781,8 @@ class _Reader:
                              local_rank=proc.local_rank, last_op=last_op, recent_ops=recent,
                              progress=dict(progress), errors=tuple(proc.errors),
                              peers_in_errors=tuple(proc.peers), timed_out=proc.timed_out, alive=proc.alive,
-                             exit_code=proc.exit_code, signal=proc.signal, evidence=proc.evidence)
+                             exit_code=proc.exit_code, signal=proc.signal, evidence=proc.evidence,
+                             group_ranks=tuple(sorted(proc.group_ranks.items())))
 
     def _clean_exits(self, world: int | None, procs: list[_Proc]) -> list[ProcessRecord]:
         """Workers torchelastic's failure summary leaves out, on a one-node job.
@@ -1978,10 +1994,8 @@ class _Apply:
         proc.guessed_group_op = proc.last_op if not self.has_guid(ev) else None
         proc.timed_out = True
         timeout = f"{op.timeout_ms}" if op.timeout_ms is not None else "?"
-        self.reader.stuck(proc, "watchdog_timeout",
-                          f"{self.op_label(op)} ran {op.elapsed_ms} ms past its {timeout} ms timeout",
-                          f"{self.op_label(op)} 已运行 {op.elapsed_ms} 毫秒，超过 {timeout} 毫秒的超时",
-                          self.evidence(ev))
+        self.reader.stuck(proc, "watchdog_timeout", "tl_past_timeout", self.evidence(ev), op=self.op_label(op),
+                          elapsed_ms=op.elapsed_ms, timeout=timeout)
 
     def on_failure(self, ev: _Ev) -> None:
         seq, enqueued, completed = (self.num(r) for r in ev.data)
@@ -2008,27 +2022,22 @@ class _Apply:
         proc.set_progress(self.group(ev), GroupProgress(enqueued=self.num(enqueued),
                                                         completed=self.num(completed),
                                                         evidence=self.evidence(ev)))
+        counts = {"enqueued": self.num(enqueued), "completed": self.num(completed)}
         if source is None:
             proc.timed_out = True
-            english, chinese = "a collective timed out on this rank", "本 rank 的集合通信超时"
+            self.reader.stuck(proc, "watchdog_timeout", "tl_timed_out_here", self.evidence(ev), **counts)
         else:
             rank = self.num(source)
             proc.peer(rank)
-            english, chinese = f"rank {rank} reported a collective timeout", f"rank {rank} 报告集合通信超时"
-        self.reader.stuck(proc, "watchdog_timeout",
-                          f"{english} (last enqueued work {self.num(enqueued)}, "
-                          f"last completed {self.num(completed)})",
-                          f"{chinese}（最后入队 {self.num(enqueued)}，最后完成 {self.num(completed)}）",
-                          self.evidence(ev))
+            self.reader.stuck(proc, "watchdog_timeout", "tl_peer_timed_out", self.evidence(ev), rank=rank, **counts)
 
     def on_watchdog_hang(self, ev: _Ev) -> None:
         seconds = self.num(ev.data[0])
-        english = (f"the ProcessGroupNCCL watchdog made no progress for {seconds} s" if seconds is not None
-                   else "the ProcessGroupNCCL heartbeat monitor timed out")
-        chinese = (f"ProcessGroupNCCL 看门狗 {seconds} 秒没有进展" if seconds is not None
-                   else "ProcessGroupNCCL 心跳监视器超时")
         self.proc.timed_out = True
-        self.reader.stuck(self.proc, "watchdog_timeout", english, chinese, self.evidence(ev))
+        if seconds is not None:
+            self.reader.stuck(self.proc, "watchdog_timeout", "tl_watchdog_stalled", self.evidence(ev), seconds=seconds)
+        else:
+            self.reader.stuck(self.proc, "watchdog_timeout", "tl_heartbeat", self.evidence(ev))
 
     def on_terminating(self, ev: _Ev) -> None:
         self.proc.alive = False
@@ -2051,9 +2060,8 @@ class _Apply:
         proc.op(op, self.line(ev))
         proc.timed_out = True
         timeout = op.timeout_ms if op.timeout_ms is not None else "?"
-        self.reader.stuck(proc, "op_past_timeout",
-                          f"{self.op_label(op)} timed out in blocking wait ({timeout} ms timeout)",
-                          f"{self.op_label(op)} 在阻塞等待中超时（超时 {timeout} 毫秒）", self.evidence(ev))
+        self.reader.stuck(proc, "op_past_timeout", "tl_blocking_wait", self.evidence(ev), op=self.op_label(op),
+                          timeout=timeout)
 
     def on_remote_error(self, ev: _Ev) -> None:
         self.proc.peer(self.peer_rank(ev, ev.data[0]))
@@ -2096,16 +2104,13 @@ class _Apply:
         for rank in ranks:
             proc.peer(rank)
             self.reader.claim(rank, self.evidence(ev))
-        listed = ", ".join(str(r) for r in ranks) or "?"
-        self.reader.stuck(proc, "op_past_timeout",
-                          f"rank(s) {listed} failed to pass monitoredBarrier in {timeout} ms",
-                          f"rank {listed} 未能在 {timeout} 毫秒内通过 monitoredBarrier", self.evidence(ev))
+        self.reader.stuck(proc, "op_past_timeout", "tl_barrier_failed", self.evidence(ev), ranks=tuple(ranks),
+                          timeout=timeout)
 
     def on_barrier_timeout(self, ev: _Ev) -> None:
         timeout = self.num(ev.data[1])
         self.proc.timed_out = True
-        self.reader.stuck(self.proc, "op_past_timeout", f"monitoredBarrier timed out after {timeout} ms",
-                          f"monitoredBarrier 在 {timeout} 毫秒后超时", self.evidence(ev))
+        self.reader.stuck(self.proc, "op_past_timeout", "tl_barrier_timeout", self.evidence(ev), timeout=timeout)
 
     def on_barrier_peer_error(self, ev: _Ev) -> None:
         self.proc.peer(0 if self.group(ev) == DEFAULT_GROUP else None)
@@ -2113,9 +2118,8 @@ class _Apply:
     def on_gloo_timeout(self, ev: _Ev) -> None:
         timeout, direction = self.num(ev.data[0]), ev.data[1]
         self.proc.timed_out = True
-        self.reader.stuck(self.proc, "op_past_timeout",
-                          f"a Gloo {direction} waited {timeout} ms and timed out",
-                          f"Gloo {direction} 等待 {timeout} 毫秒后超时", self.evidence(ev))
+        self.reader.stuck(self.proc, "op_past_timeout", "tl_gloo_timeout", self.evidence(ev), direction=direction,
+                          timeout=timeout)
 
     def on_exception(self, ev: _Ev) -> None:
         self.proc.error(self.evidence(ev))

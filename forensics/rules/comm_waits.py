@@ -26,7 +26,10 @@ def forensics_wait_edges(incident):
         if state.declared_waits is not None or not state.is_blocked:
             continue
         evidence = rank_evidence(state)
-        if op.is_collective and op.group.startswith(UNIDENTIFIED_GROUP):
+        # A named group's members as the evidence states them (some may be
+        # pinned by their group-local numbers); None: not stated, not guessed.
+        stated = incident.stated_members(op.group) if op.group_known else incident.members(op.group)
+        if op.is_collective and (op.group.startswith(UNIDENTIFIED_GROUP) or stated is None):
             continue  # members unknown: claiming whom it waits for would be a guess
         if op.is_collective:
             node = ("coll", group_id(op.group), op.seq if op.seq is not None else "?")
@@ -37,7 +40,7 @@ def forensics_wait_edges(incident):
             # One reason string per collective instance: shared by all its waiters.
             reason = expanded[node] = f"in {describe_op(op, incident.groups)}"
             edges.append(WaitEdge(rank, node, AND, reason, ID, evidence))
-            for member in incident.members(op.group):
+            for member in stated:
                 if member != rank and not has_arrived(incident, state, member):
                     other = incident.ranks.get(member)
                     queue = queued_behind(other, op.group, op.seq) if other is not None else None
@@ -57,7 +60,10 @@ def forensics_wait_edges(incident):
                 # A receive from any source, or a peer the dump does not show
                 # (py-spy without --locals): it waits on one of the others, so
                 # it is stuck only if every one of them is (an OR wait).
-                targets = [m for m in incident.members(op.group) if m != rank]
+                pg = incident.groups.get(op.group)
+                if (stated is None and not op.group.startswith(UNIDENTIFIED_GROUP)) or (pg is not None and pg.partial):
+                    continue  # members not stated, or not all: whom it may wait for is not known
+                targets = [m for m in (stated or incident.members(op.group)) if m != rank]
                 semantics = OR
             else:
                 targets = list(op.peers)

@@ -55,7 +55,20 @@ def forensics_graph_findings(incident, analysis):
                 if (finding := _moved_on(incident, cycle, knot)) is not None]
     if not analysis.sinks or not analysis.waiting:
         return findings
+    if incident.stuck and not findings:
+        moved = _moved_on_sinks(incident, analysis)
+        if moved is not None:
+            findings.append(moved)
     sinks = analysis.sinks
+    # Awaited ranks an artifact shows elsewhere before ranks nothing shows: in
+    # a fragment, a rank that printed nothing is unknown, not the cause; the
+    # one seen doing something else is (the silent ones are named as unknown).
+    seen = [r for r in sinks if r in incident.ranks and not _silent(incident.ranks[r])]
+    unseen = [r for r in sinks if r not in seen]
+    if seen and unseen:
+        sinks = seen
+    else:
+        unseen = []
     top = analysis.waiters_of.get(sinks[0], 0)
     described = []
     for rank in sinks[:8]:
@@ -99,10 +112,10 @@ def forensics_graph_findings(incident, analysis):
         return findings + [Finding(
             ID, "missing_rank", "error", tuple(sorted(sinks)),
             f"{len(analysis.waiting)} rank(s) wait for rank {compact(sinks)}, {where}. "
-            f"{'; '.join(described)}. The job is stuck ({why}).",
+            f"{'; '.join(described)}. The job is stuck ({why}).{_also(unseen)}",
             evidence, HINT,
             f"{len(analysis.waiting)} 个 Rank 在等待 Rank {compact(sinks)}，{where_zh}。"
-            f"{'；'.join(described)}。作业已卡住（{why_zh}）。", HINT_ZH,
+            f"{'；'.join(described)}。作业已卡住（{why_zh}）。{_also_zh(unseen)}", HINT_ZH,
             confidence=level[0], confidence_reason=level[1], confidence_reason_zh=level[2])]
     return findings + [Finding(
         "waiting-on-progressing-rank", "waiting_on_progressing_rank", "info", tuple(sorted(sinks)),
@@ -112,6 +125,19 @@ def forensics_graph_findings(incident, analysis):
         evidence, HINT,
         f"{len(analysis.waiting)} 个 Rank 在等待 Rank {compact(sinks)}（{', '.join(described)}）；单个快照中这属于正常推进。"
         f"若作业确实卡住，请加 --hung 重新分析。", HINT_ZH)]
+
+
+def _also(unseen: list[int]) -> str:
+    if not unseen:
+        return ""
+    return (f" They also wait for rank {compact(unseen)}, which no artifact shows (not collected, or it printed "
+            f"nothing): its state is unknown, so it is not named.")
+
+
+def _also_zh(unseen: list[int]) -> str:
+    if not unseen:
+        return ""
+    return f"它们也在等待 Rank {compact(unseen)}，但没有任何产物显示它（未采集或没有输出）：状态未知，因此不列为原因。"
 
 
 def _silent(state) -> bool:
@@ -174,6 +200,32 @@ def _moved_on(incident, cycle, knot) -> Finding | None:
     return None
 
 
+def _moved_on_sinks(incident, analysis) -> Finding | None:
+    """The same reading without a cycle: the awaited ranks sit in a
+    collective on a group whose members no artifact states (so they wait for
+    no one known), after completing the position before the one the
+    majority waits in."""
+    sinks = [r for r in analysis.sinks if r in incident.ranks]
+    if not sinks or len(sinks) != len(analysis.sinks) or not all(incident.ranks[r].is_blocked for r in sinks):
+        return None
+    instances = defaultdict(list)
+    for rank in analysis.waiting:
+        state = incident.ranks.get(rank) if isinstance(rank, int) else None
+        op = state.current_op if state is not None else None
+        if op is None or not state.is_blocked or not op.is_collective or op.seq is None:
+            return None
+        instances[(group_id(op.group), op.seq)].append(rank)
+    if len(instances) != 1:
+        return None
+    (group, seq), together = next(iter(instances.items()))
+    members = incident.stated_members(group)
+    if members is None or set(members) != set(together) | set(sinks) or seq < 2 or 2 * len(together) <= len(members):
+        return None
+    if all(_left_for_new_group(incident, rank, group, seq, sorted(together)) for rank in sinks):
+        return _finding(incident, None, group, seq, sorted(together), sorted(sinks))
+    return None
+
+
 def _left_for_new_group(incident, rank: int, group: str, seq: int, majority: list[int]) -> bool:
     """`rank` completed (group, seq - 1), never entered (group, seq), and is
     blocked in a collective on a group none of `majority` ever entered."""
@@ -233,7 +285,7 @@ def _finding(incident, cycle, group, seq, together, rest) -> Finding:
     where = "; ".join(sorted({_call(incident.ranks[r].current_op) for r in rest}))
     where_zh = "；".join(sorted({_call_zh(incident.ranks[r].current_op) for r in rest}))
     many = len(rest) > 1
-    path = path_label(cycle)
+    path = path_label(cycle) if cycle is not None else ""
     evidence = [first.evidence] if first.evidence else []
     for rank in rest:
         state = incident.ranks[rank]
@@ -245,16 +297,20 @@ def _finding(incident, cycle, group, seq, together, rest) -> Finding:
             evidence.append(before.evidence)
     evidence += [s.evidence for s in incident.stuck[:2] if s.evidence]
     who, who_zh = f"rank{'s' if many else ''} {compact(rest)}", f"Rank {compact(rest)}"
-    message = (
-        f"{len(together)} of the {len(together) + len(rest)} members of group {group} (ranks {compact(together)}) "
-        f"wait in {call} for {who}, which completed #{seq - 1} there and moved on to {where}, a group ranks "
-        f"{compact(together)} never entered. {who.capitalize()} in turn wait{'' if many else 's'} there for "
-        f"them — a cross-group wait ({path}) — but the order of calls did not differ: {who} left the loop "
-        f"early and will not come back to {call}.")
-    message_zh = (
-        f"通信组 {group} 的 {len(together) + len(rest)} 个成员中有 {len(together)} 个（Rank {compact(together)}）"
-        f"在{call_zh} 中等待 {who_zh}；{who_zh} 已在该组完成第 {seq - 1} 次调用，随后进入了{where_zh}，"
-        f"而 Rank {compact(together)} 从未进入过那个通信组。{who_zh} 反过来也在那里等待它们——形成跨通信组的等待"
-        f"（{path}）——但各 Rank 的调用顺序并无不同：是 {who_zh} 提前离开了循环，不会再回到{call_zh}。")
+    head = (f"{len(together)} of the {len(together) + len(rest)} members of group {group} (ranks {compact(together)}) "
+            f"wait in {call} for {who}, which completed #{seq - 1} there and moved on to {where}, a group ranks "
+            f"{compact(together)} never entered. ")
+    head_zh = (f"通信组 {group} 的 {len(together) + len(rest)} 个成员中有 {len(together)} 个（Rank {compact(together)}）"
+               f"在{call_zh} 中等待 {who_zh}；{who_zh} 已在该组完成第 {seq - 1} 次调用，随后进入了{where_zh}，"
+               f"而 Rank {compact(together)} 从未进入过那个通信组。")
+    if cycle is not None:
+        message = head + (f"{who.capitalize()} in turn wait{'' if many else 's'} there for them — a cross-group wait "
+                          f"({path}) — but the order of calls did not differ: {who} left the loop early and will "
+                          f"not come back to {call}.")
+        message_zh = head_zh + (f"{who_zh} 反过来也在那里等待它们——形成跨通信组的等待（{path}）——但各 Rank 的调用顺序"
+                                f"并无不同：是 {who_zh} 提前离开了循环，不会再回到{call_zh}。")
+    else:
+        message = head + f"{who.capitalize()} left the loop early and will not come back to {call}."
+        message_zh = head_zh + f"是 {who_zh} 提前离开了循环，不会再回到{call_zh}。"
     return Finding(ID, "missing_rank", "error", tuple(rest), message, tuple(evidence), HINT_MOVED_ON,
                    message_zh, HINT_MOVED_ON_ZH)
