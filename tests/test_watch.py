@@ -762,3 +762,45 @@ def test_stacks_that_cannot_be_dumped_are_said_in_the_report(tmp_path):
     lines = markdown.render(present[0].report).splitlines()
     at = lines.index(f"- rank 0 (waits for rank 1), pid {python.pid}: stacks/rank0.pyspy.txt")
     assert lines[at + 2] == "```" and lines[at + 4:at + 6] == ["    wait_here (waits.py:5)", "    <module> (waits.py:8)"]
+
+
+def test_a_stuck_window_is_written_for_the_progress_reader(tmp_path):
+    """What the watcher writes when no state changed for --stuck-after: the
+    ranks in a call placed by their agents' states (with or without a
+    published stack), a rank in no call by the rounds sampled from it, read
+    by collect's progress reader into collect's words. CPU time moves
+    nothing; output of its own does."""
+    from forensics.ingest import progress as reader
+
+    watcher = live.Watcher(live.WatchOptions("redis://unused:1/x", 3, str(tmp_path), stuck_after=4))
+    wait = {"current_op": "all_reduce", "group": "0", "op_seq": 7, "group_ranks": [0, 1, 2]}
+    states = {0: {**wait, "pid": 10, "stack": ["main (train.py:90)", "all_reduce (torch/distributed/c10d.py:2950)"]},
+              1: {"current_op": "compute", "pid": 11},
+              2: {**wait, "pid": 12}}  # no stack published: the call is its place
+
+    def spinning(line, ticks, output=50):
+        return {"stack": f"dump{line}", "threads": {"11": ticks}, "switches": 30, "output": output,
+                "position": {"activity": "computing", "op": "", "why": "", "active": True,
+                             "frames": [["main", "train.py", 90], ["decode_batch", "train.py", line]]}}
+
+    def judged(*rounds):
+        watcher.changed_wall, watcher.window = 1000.0, [{"time": t, "ranks": {1: r}} for t, r in rounds]
+        document = watcher.window_document(states)
+        path = tmp_path / "progress.json"
+        path.write_text(json.dumps(document, indent=1))
+        return document, reader.parse(str(path), "progress.json")
+
+    document, facts = judged((1002.0, spinning(62, 100)), (1004.5, spinning(63, 300)))
+    assert document["seconds"] == 4.5 and document["stuck_after_s"] == 4 and document["written_by"] == "forensics watch"
+    assert document["ranks"]["1"]["moved"] is False and document["ranks"]["1"]["activity"]["cpu_s"] > 0
+    assert [document["ranks"][r]["waiting_in"] for r in ("0", "2")] == ["all_reduce", "all_reduce"]
+    assert document["ranks"]["0"]["activity"] == {}  # placed by its agent: no CPU figure it never measured
+    [signal] = facts.stuck
+    assert signal.detail.startswith("rank 1 kept busy in decode_batch (train.py:63) for 4.5 s while 0, 2 waited "
+                                    "in all_reduce ("), signal.detail
+    document, facts = judged((1002.0, spinning(62, 100)), (1004.5, spinning(63, 300, output=80)))
+    assert document["ranks"]["1"]["moved"] is True  # it wrote output: it moved, and is still the one waited for
+    assert facts.stuck[0].detail.startswith("rank 1 kept busy in decode_batch")
+    document, facts = judged((1001.0, spinning(62, 100)), (1003.0, spinning(63, 300)))  # 3 s: below 4 s
+    assert not facts.stuck and any(d.message.startswith("not a hang yet: rank 0, 2 waited in all_reduce for 3 s")
+                                   for d in facts.diagnostics)
