@@ -200,7 +200,7 @@ def unknown_group_ranks(incident) -> list[int]:
     tells (a stack dump shows it only as an object, `?name`): whom they
     wait for cannot be said. (An NCCL communicator known by one process's
     pointer, `?nccl-comm:…`, is a logged call, not a thread seen waiting;
-    rules/nccl_same_comm.py pairs those.)"""
+    rules/nccl_opcount_mismatch.py reads the communicators merge pairs.)"""
     out = []
     for state in incident.ranks.values():
         op = state.current_op

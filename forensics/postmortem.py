@@ -112,11 +112,12 @@ def judge(state: m.RankState, hits) -> tuple[str, str]:
 
 def _own_error(state: m.RankState, hits) -> tuple[str, m.Evidence] | None:
     """The rank's own error, not a communication one: a catalogued crash
-    (a CUDA error, an out-of-memory) or a Python exception the catalogue
+    (a CUDA error, an out-of-memory), a failure of its own setup (its store
+    server could not listen on the port) or a Python exception the catalogue
     does not know as a communication failure."""
     for hit, entry in hits:
         ends = hit.fact("exit_code") is not None or hit.fact("signal") is not None  # the end itself, not why
-        if entry.cause in ("crash", "oom") and entry.blames == "self" and not entry.knock_on and not ends:
+        if entry.cause in ("crash", "oom", "config") and entry.blames == "self" and not entry.knock_on and not ends:
             return entry.en, hit.evidence
     known = {(h.evidence.path, h.evidence.line) for h, _ in hits}
     for name, evidence in _exceptions(state):
@@ -154,6 +155,13 @@ def _hits_by_rank(incident: m.Incident, hits) -> dict[int, list]:
     for hit, entry in hits:
         if hit.rank is not None:
             out[hit.rank].append((hit, entry))
+            continue
+        own = hit.fact("rank") if entry.blames == "peer" and isinstance(hit.fact("peer_rank"), int) else None
+        if isinstance(own, int) and own != hit.fact("peer_rank") and own in incident.ranks:
+            # an unprefixed line that states its printer's rank and the peer it
+            # waited for (`[3] is setting up NCCL communicator and retrieving
+            # ncclUniqueId from [0] ...`): the printer's, as stated_cause reads it
+            out[own].append((hit, entry))
             continue
         pid = hit.fact("pid") if entry.blames == "self" else None
         owners = pids.get(pid, []) if pid is not None else []

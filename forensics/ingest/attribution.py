@@ -87,6 +87,21 @@ def path_rank(display: str) -> PathRank | None:
     return PathRank(int(digits), WEAK)
 
 
+_SECTION = re.compile(r"==> (\S(?:.{0,400}\S)?) <==\s*")
+
+
+def section_header(line: str) -> tuple[bool, int | None]:
+    """(True, rank) for the header `tail`/`head` print before each file they
+    show (`==> logs/rank3.log <==`), with the rank its path names by a rank
+    word (None when it names none); (False, None) for any other line. The
+    lines under such a header are that file's."""
+    found = _SECTION.fullmatch(line) if line.startswith("==> ") else None
+    if found is None:
+        return False, None
+    named = path_rank(found.group(1))
+    return True, (named.rank if named is not None and named.strength == STRONG else None)
+
+
 def rank_from_path(display: str) -> int | None:
     """`rank3.pyspy.txt`, `rank_3/x`, `node07-rank3-gdb.log`, `nccl_trace_rank_3` → 3;
     `dump.3.txt`, `fr_dump.3` → 3 (weak: see `path_rank`); `slurm-34446.out` → None."""

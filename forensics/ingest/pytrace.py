@@ -70,6 +70,7 @@ from .. import lazy, messages
 from ..model import Evidence, Frame, ProcessDump, ProcessRecord, ThreadStack
 from .cache import BoundedCache
 from .facts import Facts
+from .attribution import section_header
 from .grammar import parser
 from .reader import markers_hook, reader_hooks
 from .statements import HEAD_WINDOW, TAIL_WINDOW, _read as read_windows  # a big file's head and tail
@@ -250,6 +251,18 @@ def _parse_cached(body: str) -> tuple:
     return found
 
 
+def _section_before(text: str, start: int) -> int | None:
+    """The rank of the file whose `tail`/`head` header (`==> logs/rank3.log <==`)
+    last precedes offset `start` of `text`, or None."""
+    at = text.rfind("\n==> ", 0, start)
+    begin = at + 1 if at >= 0 else (0 if text.startswith("==> ") else -1)
+    if begin < 0:
+        return None
+    end = text.find("\n", begin)
+    header, named = section_header(text[begin:end if end >= 0 else len(text)])
+    return named if header else None
+
+
 # The prefixes a line may carry besides torchlog's `_OUTER` ones.
 _STAMP = lazy.regex(r"\[\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?\] ?"
                     r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)? ")
@@ -382,6 +395,7 @@ class _Reader:
         self.done: list[tuple[_Key, object]] = []  # finished reports in file order
         self.aliases: dict[tuple, set[int]] = {}    # (task, local rank) → global ranks seen with it
         self.labelled = False                       # srun --label output (torchlog.labelled on the head)
+        self.section: int | None = None             # the rank of the file a `==> rank3.log <==` header began
         # Prefixes met in front of a report's first line and repeated on every
         # line of it (pdsh's `node-3: `, vLLM's `ERROR 09-17 15:23:51 [x.py:597] `),
         # newest first, per stream; `fresh`: those not yet seen on a second line.
@@ -403,6 +417,7 @@ class _Reader:
                 break
             start = _lead(text, text.rfind("\n", 0, min(found)) + 1, pos)
             line_no += text.count("\n", pos, start)
+            self.section = _section_before(text, start)
             pos, line_no = self._region(text, start, line_no, size)
             for marker, where in next_at.items():
                 if 0 <= where < pos:
@@ -483,12 +498,19 @@ class _Reader:
                 pos = _known_prefixes(full, min(pos + len(prefix), len(full)), found)
                 break
         rank, local = found["rank"], found["local"]
+        if task is None and not pos and full.startswith("==> "):
+            header, named = section_header(full)
+            if header:
+                self.section = named
+        if rank is None and local is None and found["pid"] is None and task is None and self.section is not None:
+            rank = found["rank"] = self.section  # under `tail`'s `==> logs/rank3.log <==`: that file's lines
+            outer = (task, found["pid"], found["host"], rank, local)
         if rank is not None and local is not None:
             self.aliases.setdefault((task, local), set()).add(rank)
         body = full[pos:]
         if body.endswith(" across cluster]"):
             body = _RAY_REPEAT.sub("", body)  # Ray's note on a line it printed once for several workers
-        key = _Key((task, found["pid"], found["host"], rank, local, learned)) if pos else _FILE
+        key = _Key((task, found["pid"], found["host"], rank, local, learned)) if pos or rank is not None else _FILE
         return _Line(line_no, full, body, key, rank is not None, outer)
 
     # -- one line

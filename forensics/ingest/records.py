@@ -162,7 +162,7 @@ def _unidentified(op: m.CommOp) -> m.CommOp:
     line with a commId) has members nobody can name from the log: its calls
     go on an unidentified group (`?nccl-comm:<host>:<pid>:<pointer>`), so
     no rule takes them for calls on the world that nobody else joined.
-    rules/nccl_same_comm.py tells which of them are one communicator."""
+    ingest/communicators.py (in merge) tells which of them are one communicator."""
     return replace(op, group=m.UNIDENTIFIED_GROUP + op.group) if op.group.startswith("nccl-comm:") else op
 
 

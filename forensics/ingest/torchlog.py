@@ -75,7 +75,7 @@ from ..words import say_stuck, stuck_signal
 from .facts import Facts
 from .cache import BoundedCache as _Cache
 from .grammar import parser
-from .attribution import path_rank
+from .attribution import path_rank, section_header
 from ..ranges import compact
 from .textio import STREAM_ERRORS, InputError, compression, file_size, has_nul, lines_with, looks_binary, open_binary
 
@@ -1095,6 +1095,7 @@ class _Reader:
         # Who printed what: srun labels, the c10d lines' own ranks, the
         # launcher's rank assignment and world size (see _resolve).
         self.labelled = labelled
+        self.section: int | None = None  # the rank of the file a `==> logs/rank3.log <==` header began
         self.label: int | None = None       # the current line's srun label
         self.last_of: dict[int | None, _Pending] = {}  # a label's most recent record (None: unlabelled lines)
         self.label_ranks: dict[int, set[int]] = {}  # label → `[rankN]:` seen under it
@@ -1206,6 +1207,10 @@ class _Reader:
             if found is not None:
                 label, lead, full = int(found.group(1)), full[:found.end()], full[found.end():]
         self.label = label
+        if label is None and full.startswith("==> "):
+            header, named = section_header(full)
+            if header:
+                self.section = named
         for attempt in range(MAX_GLUED):
             pos, rank, local, pid, host, after_rank = 0, None, None, None, "", False
             while True:
@@ -1228,6 +1233,8 @@ class _Reader:
             if glued is None:
                 break
             full = body[glued.start():]
+        if rank is None and local is None and pid is None and label is None and self.section is not None:
+            rank = self.section  # under `tail`'s `==> logs/rank3.log <==`: that file's lines
         return lead + full, body, kind, self._key(rank, local, pid, host, label, body if kind == "c10" else "")
 
     def _stream_last(self, key) -> _Pending | None:
