@@ -405,7 +405,7 @@ def capture_stacks(targets, states: dict[int, dict], folder: str, pyspy: str | N
     nothing else is done to the processes. A dump that outlives `timeout`
     is ended: the py-spy process is ours."""
     here = socket.gethostname()
-    captures, running = [], []
+    captures, running = [], []  # running: the captures py-spy is to dump
     root = next((rank for rank, role in targets if role == "root_cause"), None)
     for rank, role in targets:
         state = states.get(rank)
@@ -423,23 +423,18 @@ def capture_stacks(targets, states: dict[int, dict], folder: str, pyspy: str | N
         elif pyspy is None:
             capture.fail("no_pyspy")
         else:
-            try:
-                proc = subprocess.Popen(pyspy_command(pyspy, pid), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                        stdin=subprocess.DEVNULL, start_new_session=True)
-            except OSError as exc:
-                capture.fail("cannot_start", said=str(exc.strerror or exc))
-                continue
-            running.append((capture, proc))
-    deadline = time.monotonic() + timeout
-    for capture, proc in running:
-        try:
-            out, err = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            _end(proc)
+            running.append(capture)
+    dumped = pyspy_dumps(pyspy, [c.pid for c in running], timeout) if running else {}
+    for capture in running:
+        code, out, err = dumped[capture.pid]
+        if code == "cannot_start":
+            capture.fail("cannot_start", said=err)
+            continue
+        if code == "timeout":
             capture.fail("timeout", seconds=f"{timeout:g}")
             continue
         text = out.decode("utf-8", "replace")
-        if proc.returncode == 0 and text.strip():
+        if code == 0 and text.strip():
             os.makedirs(folder, exist_ok=True)
             name = STACK_FILE.format(rank=capture.rank)
             _write_text(os.path.join(folder, name), text)
@@ -450,8 +445,33 @@ def capture_stacks(targets, states: dict[int, dict], folder: str, pyspy: str | N
         if any(word in said.lower() for word in _NOT_PERMITTED):
             capture.fail("not_permitted", said=said)
         else:
-            capture.fail("failed", code=proc.returncode, said=said)
+            capture.fail("failed", code=code, said=said)
     return captures
+
+
+def pyspy_dumps(pyspy: str, pids, timeout: float) -> dict[int, tuple]:
+    """`py-spy dump` of every pid at once (pyspy_command: never pausing
+    them): {pid: (exit code, stdout, stderr)}, the code "cannot_start"
+    (stderr then says why) or "timeout" for a dump that outlived `timeout`
+    and was ended (the py-spy process is ours)."""
+    running, done = [], {}
+    for pid in dict.fromkeys(pids):
+        try:
+            running.append((pid, subprocess.Popen(pyspy_command(pyspy, pid), stdout=subprocess.PIPE,
+                                                  stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                                                  start_new_session=True)))
+        except OSError as exc:
+            done[pid] = ("cannot_start", b"", str(exc.strerror or exc))
+    deadline = time.monotonic() + timeout
+    for pid, proc in running:
+        try:
+            out, err = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            _end(proc)
+            done[pid] = ("timeout", b"", b"")
+            continue
+        done[pid] = (proc.returncode, out, err)
+    return done
 
 
 def _end(proc) -> None:
@@ -647,35 +667,18 @@ class Watcher:
                    and state.get("current_op") != "exited" and _is_int(state.get("pid"))
                    and state.get("host", here) == here][:MAX_SAMPLED]
         folder = os.path.join(self.o.out, "window")
-        running = []
-        if pyspy is not None and targets:
-            os.makedirs(folder, exist_ok=True)
-            for rank, pid in targets:
-                try:
-                    proc = subprocess.Popen(pyspy_command(pyspy, pid), stdout=subprocess.PIPE,
-                                            stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
-                                            start_new_session=True)
-                except OSError:
-                    continue
-                running.append((rank, proc))
-        dumps = {}
-        deadline = time.monotonic() + self.o.stack_timeout
-        for rank, proc in running:
-            try:
-                out, _ = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                _end(proc)
-                continue
-            if proc.returncode == 0 and out.strip():
-                dumps[rank] = out
+        dumps = pyspy_dumps(pyspy, [pid for _, pid in targets], self.o.stack_timeout) \
+            if pyspy is not None and targets else {}
         ranks = {}
         for rank, pid in targets:
             facts = _proc_facts(pid)
             seen = {"threads": {t: v["utime"] + v["stime"] for t, v in facts["threads"].items()}, "stack": "",
                     "switches": _main_switches(pid), "output": _output_size(pid)}
-            if rank in dumps:
+            code, out, _ = dumps.get(pid, (None, b"", b""))
+            if code == 0 and out.strip():
+                os.makedirs(folder, exist_ok=True)
                 path = os.path.join(folder, STACK_FILE.format(rank=rank))
-                _write_text(path, dumps[rank].decode("utf-8", "replace"))
+                _write_text(path, out.decode("utf-8", "replace"))
                 seen["stack"], seen["position"] = _fingerprint(path), stack_position(path)
                 os.remove(path)
             ranks[rank] = seen
