@@ -118,6 +118,9 @@ RANK0_ONLY = re.compile(r"(?:^|_)(?:eval\w*|valid\w*|save\w*|checkpoint\w*|ckpt\
 FRAME_LABEL = re.compile(r"^(?P<function>.+?) \((?P<file>[^()]*?)(?::\d+)?\)$")
 
 
+_COMM_LAYERS = ("torch/", "deepspeed/comm/", "megatron/core/parallel_state", "horovod/torch/mpi_ops")
+
+
 def on_rank0_only_path(state: RankState | None) -> str | None:
     """The function of `state`'s stack (its own or its frameworks' Python
     frames, not torch's) whose name says only rank 0 usually runs it, or None."""
@@ -125,8 +128,8 @@ def on_rank0_only_path(state: RankState | None) -> str | None:
         return None
     for label in reversed(state.stack):  # innermost of the outer frames first
         found = FRAME_LABEL.match(label)
-        if found is None or found["file"].startswith("torch/") or ".py" not in found["file"]:
-            continue
+        if found is None or found["file"].startswith(_COMM_LAYERS) or ".py" not in found["file"]:
+            continue  # torch's frames, and the frameworks' own wrappers of the collectives (their logging)
         if RANK0_ONLY.search(found["function"]):
             return found["function"]
     return None

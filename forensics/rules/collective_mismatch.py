@@ -35,6 +35,7 @@ from ..hookspecs import hookimpl
 from ..ruledocs import RuleDoc
 from ..model import UNIDENTIFIED_GROUP, Finding, group_id
 from ..ranges import compact as _ranks
+from ._semantics import odd_side_of_two, on_rank0_only_path
 
 ID = "collective-mismatch"
 KIND = "collective_mismatch"
@@ -82,17 +83,17 @@ def forensics_findings(incident):
         if len(ops) < 2:
             continue
         if _differs(ops, _OP):
-            findings.append(_finding(group, seq, ops, "op", _OP))
+            findings.append(_finding(group, seq, ops, "op", _OP, incident))
             continue  # sizes and dtypes of different collectives say nothing more
         shapes_differ = False
         for field, key in _compared(next(iter(ops.values())).op):
             if _differs(ops, key):
-                findings.append(_finding(group, seq, ops, field, key))
+                findings.append(_finding(group, seq, ops, field, key, incident))
                 shapes_differ = shapes_differ or field != "dtype"
         if not shapes_differ:  # counts say more only where shapes did not already differ
             for field, key in _counted(next(iter(ops.values())).op):
                 if _differs(ops, key):
-                    findings.append(_finding(group, seq, ops, field, key))
+                    findings.append(_finding(group, seq, ops, field, key, incident))
     numbered = defaultdict(dict)  # group → {seq: {rank: CommOp}}
     for (group, seq), ops in positions.items():
         if seq != "?" and not group.startswith(UNIDENTIFIED_GROUP):
@@ -204,7 +205,7 @@ def _differs(ops, key) -> bool:
     return len({key(op) for op in ops.values() if key(op)}) > 1
 
 
-def _finding(group, seq, ops, field, key):
+def _finding(group, seq, ops, field, key, incident=None):
     votes = Counter(key(op) for op in ops.values() if key(op))
     (top, top_count), *rest = votes.most_common()
     # The plurality is "the majority"; a tie means nobody can be singled out.
@@ -235,7 +236,15 @@ def _finding(group, seq, ops, field, key):
     message = f"Group {group}, {where}: {'; '.join(parts)} — {what} at the same position, {outcome}."
     message_zh = f"通信组 {group}，{where_zh}：{'；'.join(parts_zh)}——同一位置{what_zh}，{outcome_zh}。"
     level = reason = reason_zh = ""
-    if majority is None:  # as many ranks on each side: the calls disagree, which side is odd they do not say
+    odd = odd_side_of_two(incident, sorted(ops)) if majority is None and incident is not None else None
+    if odd is not None:  # one against one, and rank 0 alone is on a path only rank 0 usually takes
+        culprits = [odd]
+        path = on_rank0_only_path(incident.ranks.get(odd))
+        level = "medium"
+        reason = (f"one rank on each side; rank {odd} alone is in {path}, a path only rank 0 usually takes (a save, "
+                  f"an evaluation, logging), so its call is taken for the odd one")
+        reason_zh = f"双方各一个 Rank；只有 Rank {odd} 处在 {path} 中（通常只有 rank 0 执行的路径：保存、评估、日志），因此认为它的调用是异常的一方"
+    elif majority is None:  # as many ranks on each side: the calls disagree, which side is odd they do not say
         sides = " against ".join(_ranks(r) for r in by_value.values())
         level = "medium"
         reason = f"as many ranks on each side ({sides}): which call is the odd one needs the other members' calls " \
