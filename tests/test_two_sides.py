@@ -52,3 +52,21 @@ def test_without_a_rank0_only_path_both_sides_are_named(tmp_path):
     assert report["verdict"] == "collective_mismatch"
     assert report["culprit_ranks"] == [0, 1]
     assert "each side" in report["confidence"]["reason"]
+
+
+def test_ddp_forwards_buffer_broadcast_is_a_collective(tmp_path):
+    """Rank 0 validates alone and its DDP forward broadcasts buffers, while
+    rank 1 waits in the barrier after the epoch: a broadcast against a
+    barrier, rank 0 the odd side (its validation is a rank-0-only path)."""
+    folder = tmp_path / "job"
+    folder.mkdir()
+    (folder / "rank0.pyspy.txt").write_text(_dump(501, [
+        "_distributed_broadcast_coalesced (torch/nn/parallel/distributed.py:1022)",
+        "_sync_buffers (torch/nn/parallel/distributed.py:1420)", "forward (torch/nn/parallel/distributed.py:1008)",
+        "_call_impl (torch/nn/modules/module.py:1501)", "validate (train_ddp.py:92)", "main (train_ddp.py:131)"]))
+    (folder / "rank1.pyspy.txt").write_text(_dump(502, [
+        "barrier (torch/distributed/distributed_c10d.py:3145)", "main (train_ddp.py:134)"]))
+    report = cli_report(folder, tmp_path / "out.json", "--hung")
+    assert report["ranks"]["0"]["op"] == "broadcast"
+    assert report["verdict"] == "collective_mismatch"
+    assert report["culprit_ranks"] == [0]

@@ -58,6 +58,14 @@ _PY_COMM = {
 # (or in the device sync right after it, which waits for it). (path fragment,
 # function names, op); a fragment's wrappers named like torch's take torch's op.
 _FRAMEWORK_COMM = (
+    # DistributedDataParallel's own collectives (torch/nn/parallel/distributed.py, 1.x-2.13): the buffer and
+    # parameter broadcast of forward's _sync_buffers / the constructor (_distributed_broadcast_coalesced →
+    # dist._broadcast_coalesced), the join-mode flag all-reduce, the parameter shape check at construction
+    ("torch/nn/parallel/distributed.py", {"_distributed_broadcast_coalesced", "_sync_params_and_buffers",
+                                          "_sync_buffers", "_sync_module_buffers", "_default_broadcast_coalesced",
+                                          "_sync_params"}, "broadcast"),
+    ("torch/nn/parallel/distributed.py", {"_check_global_requires_backward_grad_sync",
+                                          "_match_all_reduce_for_bwd_pass"}, "all_reduce"),
     ("deepspeed/comm/", None, None),                      # deepspeed.comm: all_reduce, broadcast, ... as torch
     ("mmengine/dist/", None, None),                       # mmengine.dist: the same names
     ("deepspeed/runtime/zero/partition_parameters.py", {"wait"}, "all_gather"),  # ZeRO-3 gather handles
