@@ -179,6 +179,12 @@ def test_a_cycle_across_process_groups_is_reported_at_once(backend, job_factory,
     assert watcher.verdict()["judged_stuck"] is False
     groups = {g for r in report["ranks"].values() for g in [r["group"]]}
     assert len(groups) == 4, groups  # the four groups the cycle runs through, each named by its own id
+    # the verdict's folder analyzed whole, snapshot and stack dumps read together: the same verdict and culprits
+    proc = subprocess.run([sys.executable, "-m", "forensics", "analyze", str(watcher.out / "hang-1"), "-f", "json"],
+                          capture_output=True, text=True, timeout=120)
+    again = json.loads(proc.stdout)
+    assert proc.returncode == 1 and {r["kind"] for r in again["read"]} >= {"snapshot", "py-spy"}, proc.stderr
+    assert (again["verdict"], again["culprit_ranks"]) == ("deadlock", [0, 1, 2, 3]), again["cycles"]
 
 
 @needs_torch
