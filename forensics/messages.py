@@ -41,9 +41,10 @@ _STR_FIELDS = ("group", "group_desc", "host", "peer_host", "peer_addr", "addr", 
 FIELD_KINDS = {**dict.fromkeys(_INT_FIELDS, "int"), **dict.fromkeys(_STR_FIELDS, "str"),
                "error": "int_or_str", "op": "op", "ranks": "ranks", "signal": "signal",
                "op_count_hex": "hex", "timeout_s": "seconds", "elapsed_s": "seconds",
-               "rank_listing": "rank_listing", "ready_listing": "ready_listing", "missing_listing": "missing_listing"}
+               "rank_listing": "rank_listing", "ready_listing": "ready_listing", "missing_listing": "missing_listing",
+               "ready_differ": "ready_differ"}
 _RENAMED = {"op_count_hex": "op_count", "timeout_s": "timeout_ms", "elapsed_s": "elapsed_ms",
-            "rank_listing": "ranks", "ready_listing": "ranks", "missing_listing": "ranks"}
+            "rank_listing": "ranks", "ready_listing": "ranks", "missing_listing": "ranks", "ready_differ": "ranks"}
 _SIGNALS = {1: "SIGHUP", 2: "SIGINT", 3: "SIGQUIT", 4: "SIGILL", 6: "SIGABRT", 7: "SIGBUS", 8: "SIGFPE",
             9: "SIGKILL", 11: "SIGSEGV", 13: "SIGPIPE", 14: "SIGALRM", 15: "SIGTERM"}
 
@@ -155,6 +156,8 @@ def _value(kind: str, text: str):
         return tuple(sorted({int(n) for n in _LISTED_RANK.findall(text)})) or None
     if kind == "ready_listing":
         return _not_ready(text)
+    if kind == "ready_differ":
+        return _ready_differ(text)
     if kind == "missing_listing":  # `NAME [missing ranks: 0, 3], NAME [missing ranks: 0]`
         return tuple(sorted({int(n) for found in _MISSING.findall(text) for n in _RANK_LIST.findall(found)})) or None
     return text
@@ -173,11 +176,30 @@ def _not_ready(text: str) -> tuple[int, ...] | None:
     submitted the op; a missing rank above every listed one cannot be told."""
     lists = [{int(n) for n in _RANK_LIST.findall(found)} for found in _READY.findall(text)]
     seen = set().union(*lists) if lists else set()
-    if not seen:
-        return None
+    if not seen or not _chained(lists):
+        return None  # ranks ready for different ops: _ready_differ's reading, not a missing rank
     most = max(len(ready) for ready in lists)
     missing = {rank for ready in lists if len(ready) == most for rank in range(max(seen) + 1) if rank not in ready}
     return tuple(sorted(missing)) or None
+
+
+def _chained(lists: list[set[int]]) -> bool:
+    """Whether every ready list holds every smaller one: the ranks that are
+    behind are behind on every op (a missing rank), not ready for other ops."""
+    ordered = sorted(lists, key=len)
+    return all(a <= b for a, b in zip(ordered, ordered[1:]))
+
+
+def _ready_differ(text: str) -> tuple[int, ...] | None:
+    """`NAME [ready ranks: 1], OTHER [ready ranks: 0]`: ranks each ready for a
+    stalled op another rank is not ready for (the lists do not nest) submitted
+    different tensors: every rank that is ready for one op and not for
+    another. None when the lists nest (then a rank is simply behind)."""
+    lists = [{int(n) for n in _RANK_LIST.findall(found)} for found in _READY.findall(text)]
+    if len(lists) < 2 or _chained(lists):
+        return None
+    seen = set().union(*lists)
+    return tuple(sorted(rank for rank in seen if any(rank not in ready for ready in lists))) or None
 
 
 def _hex(text: str) -> int | None:

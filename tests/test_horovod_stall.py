@@ -50,6 +50,21 @@ def test_the_oldest_wording_names_the_ready_ranks_and_the_gap_is_the_missing_one
     assert report["verdict"] == "missing_rank" and report["culprit_ranks"] == [2]
 
 
+def test_ready_lists_that_do_not_nest_are_ranks_submitting_different_tensors(tmp_path):
+    """Two towers' gradients under different name scopes: rank 1 is ready for
+    `model/...` ops and rank 0 for `model_1/...` ones; neither is behind on
+    everything, so this is a mismatch between them, not a missing rank."""
+    ops = ", ".join(f"{scope}/HorovodAllreduce_{scope}_grads_AddN_{i}_0 [ready ranks: {ready}]"
+                    for i, (scope, ready) in enumerate([("model", 1), ("model_1", 0), ("model", 1), ("model_1", 0)]))
+    report = analyze(tmp_path, TRAINING + "WARNING: " + HEADER + f"Stalled ops: {ops}\n")
+    assert report["verdict"] == "collective_mismatch"
+    assert report["culprit_ranks"] == [0, 1]
+    nested = ", ".join(f"HorovodAllreduce_grads_{i}_0 [ready ranks: {ready}]" for i, ready in
+                       enumerate(["0, 1, 3", "0, 1", "0, 1, 3"]))
+    report = analyze(tmp_path, TRAINING + "WARNING: " + HEADER + f"Stalled ops: {nested}\n", "nested")
+    assert report["verdict"] == "missing_rank" and report["culprit_ranks"] == [2]
+
+
 def test_numbered_lines_that_follow_no_listing_name_no_rank(tmp_path):
     # the warning alone, then ordinary output shaped like a listing line: nothing is missing by its word
     text = TRAINING + glog(HEADER) + "\n3: [0.25, 0.75]\n"
