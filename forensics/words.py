@@ -56,6 +56,22 @@ STUCK = {
         "collect.window": " (forensics collect, {span}; stuck after {threshold} s: {source})",
         "collect.span": "{rounds} rounds over {span_s} s",
         "collect.span_unknown": "its rounds",
+        # how forensics collect states a threshold taken from the job's timeout (its `stuck_after_from`)
+        "collect.half_timeout": "half the collective timeout of {timeout} s",
+        # PyTorch's c10d lines (ingest/torchlog.py), each said of its process (`tl.who.*`)
+        "tl.said": "{who}: {detail}",
+        "tl.who.rank": "rank {n}", "tl.who.local_rank": "local rank {n}", "tl.who.pid": "pid {n}", "tl.who.file": "{n}",
+        "tl_past_timeout": "{op} ran {elapsed_ms} ms past its {timeout} ms timeout",
+        "tl_timed_out_here": "a collective timed out on this rank (last enqueued work {enqueued}, "
+                             "last completed {completed})",
+        "tl_peer_timed_out": "rank {rank} reported a collective timeout (last enqueued work {enqueued}, "
+                             "last completed {completed})",
+        "tl_watchdog_stalled": "the ProcessGroupNCCL watchdog made no progress for {seconds} s",
+        "tl_heartbeat": "the ProcessGroupNCCL heartbeat monitor timed out",
+        "tl_blocking_wait": "{op} timed out in blocking wait ({timeout} ms timeout)",
+        "tl_barrier_failed": "rank(s) {ranks} failed to pass monitoredBarrier in {timeout} ms",
+        "tl_barrier_timeout": "monitoredBarrier timed out after {timeout} ms",
+        "tl_gloo_timeout": "a Gloo {direction} waited {timeout} ms and timed out",
     },
     "zh": {
         "cli_hung": "用户指明作业已挂起（--hung）",
@@ -74,28 +90,44 @@ STUCK = {
         "collect.span": "{rounds} 轮，共 {span_s} 秒",
         "collect.span_unknown": "各轮",
         "collect.half_timeout": "集合通信超时（{timeout} 秒）的一半",
+        "tl.said": "{who}：{detail}",
+        "tl.who.rank": "rank {n}", "tl.who.local_rank": "本地 rank {n}", "tl.who.pid": "进程 {n}", "tl.who.file": "{n}",
+        "tl_past_timeout": "{op} 已运行 {elapsed_ms} 毫秒，超过 {timeout} 毫秒的超时",
+        "tl_timed_out_here": "本 rank 的集合通信超时（最后入队 {enqueued}，最后完成 {completed}）",
+        "tl_peer_timed_out": "rank {rank} 报告集合通信超时（最后入队 {enqueued}，最后完成 {completed}）",
+        "tl_watchdog_stalled": "ProcessGroupNCCL 看门狗 {seconds} 秒没有进展",
+        "tl_heartbeat": "ProcessGroupNCCL 心跳监视器超时",
+        "tl_blocking_wait": "{op} 在阻塞等待中超时（超时 {timeout} 毫秒）",
+        "tl_barrier_failed": "rank {ranks} 未能在 {timeout} 毫秒内通过 monitoredBarrier",
+        "tl_barrier_timeout": "monitoredBarrier 在 {timeout} 毫秒后超时",
+        "tl_gloo_timeout": "Gloo {direction} 等待 {timeout} 毫秒后超时",
     },
 }
 # Where a collect threshold came from (progress.json's `stuck_after_from`, or
 # analyze's own): the known ones in Chinese; any other is shown as written.
-_HALF_TIMEOUT = re.compile(r"half the collective timeout of (.+) s")
+_HALF_TIMEOUT = re.compile(re.escape(STUCK["en"]["collect.half_timeout"]).replace(re.escape("{timeout}"), "(.+)"))
 STUCK_SOURCES_ZH = {"--stuck-after": "--stuck-after 指定", "analyze --stuck-after": "analyze --stuck-after 指定",
                     "the default": "默认值", "the default (no collective timeout known)": "默认值（未知集合通信超时）"}
 
 
 def stuck_detail(signal, lang: str = "en") -> str:
     """A keyed stuck signal in `lang`."""
+    return say_stuck(signal.key, dict(signal.params), lang)
+
+
+def say_stuck(key: str, params: dict, lang: str = "en") -> str:
+    """What a stuck signal's key and facts say in `lang`."""
     lang = lang_of(lang)
-    return _SAYERS[signal.key](STUCK[lang], dict(signal.params), lang)
+    return _SAYERS.get(key, _c10d)(STUCK[lang], params, lang, key)
 
 
-def _fr_retired(t: dict, p: dict, lang: str) -> str:
+def _fr_retired(t: dict, p: dict, lang: str, key: str) -> str:
     after = t["fr_retired.after"].format(**p) if p.get("timeout_ms") is not None else ""
     more = t["fr_retired.more"].format(n=p["others"]) if p.get("others") else ""
     return t["fr_retired"].format(op=p["op"], seq=p["seq"], group=p["group"], after=after, more=more)
 
 
-def _collect_v1(t: dict, p: dict, lang: str) -> str:
+def _collect_v1(t: dict, p: dict, lang: str, key: str) -> str:
     # The first schema's Chinese words kept its span in English.
     span = _span(STUCK["en"], p)
     moved = t["collect_v1.moved"].format(moved=compact(p["moved"])) if p.get("moved") else ""
@@ -103,7 +135,7 @@ def _collect_v1(t: dict, p: dict, lang: str) -> str:
                                   moved=moved)
 
 
-def _collect(t: dict, p: dict, lang: str) -> str:
+def _collect(t: dict, p: dict, lang: str, key: str) -> str:
     waiting = _ranks(p["waiting"])
     seconds = f"{p['seconds']:g} s"
     span = _span(t, p, zh_seconds=lang == "zh")
@@ -134,8 +166,20 @@ def _ranks(ranks) -> str:
     return ", ".join(map(str, ranks)) if len(ranks) <= 8 else compact(ranks)
 
 
+def _c10d(t: dict, p: dict, lang: str, key: str) -> str:
+    """A c10d line's words (`tl_*`), said of its process where `who` names it."""
+    facts = dict(p)
+    if "ranks" in facts:
+        facts["ranks"] = ", ".join(map(str, facts["ranks"])) or "?"
+    who = facts.pop("who", None)
+    detail = t[key].format(**facts)
+    if who is None:
+        return detail
+    return t["tl.said"].format(who=t["tl.who." + who[0]].format(n=who[1]), detail=detail)
+
+
 _SAYERS = {
-    "cli_hung": lambda t, p, lang: t["cli_hung"],
+    "cli_hung": lambda t, p, lang, key: t["cli_hung"],
     "fr_retired": _fr_retired,
     "collect_v1": _collect_v1,
     "collect_busy": _collect,
@@ -149,6 +193,5 @@ def stuck_signal(kind: str, key: str, evidence=None, **params):
     take them as text."""
     from .model import StuckSignal
 
-    signal = StuckSignal(kind, "", evidence, key=key, params=tuple(sorted(params.items())))
-    return StuckSignal(kind, stuck_detail(signal, "en"), evidence, stuck_detail(signal, "zh"), key=key,
-                       params=signal.params)
+    return StuckSignal(kind, say_stuck(key, params, "en"), evidence, say_stuck(key, params, "zh"), key=key,
+                       params=tuple(sorted(params.items())))
