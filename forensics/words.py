@@ -87,7 +87,7 @@ STUCK = {
         "collect_busy.sep": "；",
         "collect_still": "Rank {waiting} 在 {call} 中等待了 {seconds}，位置没有变化{window}",
         "collect.window": "（forensics collect，{span}；超过 {threshold} 秒即视为卡住：{source}）",
-        "collect.span": "{rounds} 轮，共 {span_s} 秒",
+        "collect.span": "{rounds} 轮，共 {span_s:g} 秒",
         "collect.span_unknown": "各轮",
         "collect.half_timeout": "集合通信超时（{timeout} 秒）的一半",
         "tl.said": "{who}：{detail}",
@@ -104,10 +104,14 @@ STUCK = {
     },
 }
 # Where a collect threshold came from (progress.json's `stuck_after_from`, or
-# analyze's own): the known ones in Chinese; any other is shown as written.
+# analyze's own), as collect and analyze state it in English: the known ones
+# in each language; any other is shown as written.
 _HALF_TIMEOUT = re.compile(re.escape(STUCK["en"]["collect.half_timeout"]).replace(re.escape("{timeout}"), "(.+)"))
-STUCK_SOURCES_ZH = {"--stuck-after": "--stuck-after 指定", "analyze --stuck-after": "analyze --stuck-after 指定",
-                    "the default": "默认值", "the default (no collective timeout known)": "默认值（未知集合通信超时）"}
+STUCK_SOURCES = {
+    "en": {},
+    "zh": {"--stuck-after": "--stuck-after 指定", "analyze --stuck-after": "analyze --stuck-after 指定",
+           "the default": "默认值", "the default (no collective timeout known)": "默认值（未知集合通信超时）"},
+}
 
 
 def stuck_detail(signal, lang: str = "en") -> str:
@@ -138,12 +142,10 @@ def _collect_v1(t: dict, p: dict, lang: str, key: str) -> str:
 def _collect(t: dict, p: dict, lang: str, key: str) -> str:
     waiting = _ranks(p["waiting"])
     seconds = f"{p['seconds']:g} s"
-    span = _span(t, p, zh_seconds=lang == "zh")
-    source = p["source"]
-    if lang == "zh":
-        half = _HALF_TIMEOUT.fullmatch(source)
-        source = t["collect.half_timeout"].format(timeout=half.group(1)) if half \
-            else STUCK_SOURCES_ZH.get(source, source)
+    span = _span(t, p)
+    half = _HALF_TIMEOUT.fullmatch(p["source"])
+    source = t["collect.half_timeout"].format(timeout=half.group(1)) if half \
+        else STUCK_SOURCES[lang].get(p["source"], p["source"])
     window = t["collect.window"].format(span=span, threshold=f"{p['threshold']:g}", source=source)
     if p.get("suspects"):
         where = t["collect_busy.sep"].join(
@@ -153,12 +155,11 @@ def _collect(t: dict, p: dict, lang: str, key: str) -> str:
     return t["collect_still"].format(waiting=waiting, call=p["call"], seconds=seconds, window=window)
 
 
-def _span(t: dict, p: dict, zh_seconds: bool = False) -> str:
+def _span(t: dict, p: dict) -> str:
     """`3 rounds over 20.0 s` as progress.json states it (Chinese: `3 轮，共 20 秒`)."""
     if p.get("rounds") is None:
         return t["collect.span_unknown"]
-    span_s = p["span_s"]
-    return t["collect.span"].format(rounds=p["rounds"], span_s=f"{span_s:g}" if zh_seconds else span_s)
+    return t["collect.span"].format(rounds=p["rounds"], span_s=p["span_s"])
 
 
 def _ranks(ranks) -> str:
