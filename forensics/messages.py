@@ -5,8 +5,9 @@ names the rank that did not arrive, Gloo names the peer that closed its
 socket, NCCL names the peer an InfiniBand request failed for. The catalogue
 (`rules/messages/*.yaml`, data in one place; an entry's shape is
 `rules/messages.schema.json`) lists every such message: where it comes from,
-which versions print it and in which wording, one example line, lines of the
-same program it must not take (`ok`), and what it proves.
+which versions print it and in which wording, an example line per wording
+(`example`, `examples`), lines of the same program it must not take (`ok`),
+and what it proves.
 
 This module is what the readers need: the entries, the shipped catalogue
 (parsed once per user and kept in the per-user cache), and the hits of a
@@ -78,6 +79,12 @@ class Entry:
     path: str = ""
     ok: tuple[str, ...] = ()  # lines of the same program that mean something else
     line: int = 0
+    examples: tuple[tuple[str, dict], ...] = ()  # further (line, facts), one per wording `example` is not
+
+    @property
+    def all_examples(self) -> tuple[tuple[str, dict], ...]:
+        """`example` with its facts, then each of `examples`."""
+        return ((self.example, self.facts),) + self.examples
 
     def extract(self, line: str) -> dict | None:
         """The normalized facts of `line`, or None when no wording matches."""
@@ -99,6 +106,7 @@ class Entry:
                 "variants": list(self.variants), "example": self.example, "facts": _jsonable(self.facts),
                 "proves": {"cause": self.cause, "stuck": self.stuck, "blames": self.blames,
                            "knock_on": self.knock_on},
+                "examples": [{"line": line, "facts": _jsonable(facts)} for line, facts in self.examples],
                 "ok": list(self.ok), "en": self.en, "zh": self.zh}
 
 
@@ -303,7 +311,7 @@ def catalogue_or_empty(facts) -> Catalogue:
         return Catalogue([])
 
 
-_CACHE_VERSION = 4  # 4: entries keep their `ok` lines
+_CACHE_VERSION = 5  # 4: entries keep their `ok` lines; 5: and their further `examples`
 
 
 def _cache_name(paths: list[str]) -> str | None:
@@ -348,7 +356,8 @@ def _entry_fields(raw: dict, names: set[str]) -> dict:
     out = dict(raw)
     for name in ("match", "patterns", "variants", "ok"):
         out[name] = tuple(out[name])
-    out["facts"] = {k: tuple(v) if isinstance(v, list) else v for k, v in out["facts"].items()}
+    out["facts"] = _facts(out["facts"])
+    out["examples"] = tuple((line, _facts(facts)) for line, facts in out["examples"])
     if out["path"] not in names:
         raise ValueError(f"no catalogue file {out['path']!r}")
     out["path"] = _shipped_display(out["path"])
@@ -419,11 +428,16 @@ def _entry(raw: dict, path: str, line: int) -> Entry:
     proves = raw["proves"]
     return Entry(id=raw["id"], project=raw["project"], source=raw["source"], versions=str(raw["versions"]),
                  level=raw["level"], match=_listed(raw["match"]), patterns=_listed(raw["patterns"]),
-                 example=raw["example"], facts={k: tuple(v) if isinstance(v, list) else v
-                                                for k, v in raw["facts"].items()},
+                 example=raw["example"], facts=_facts(raw["facts"]),
                  cause=proves["cause"], stuck=proves["stuck"], blames=proves["blames"],
                  knock_on=proves["knock_on"], en=raw["en"].strip(), zh=raw["zh"].strip(),
-                 variants=tuple(raw.get("variants") or ()), ok=tuple(raw.get("ok") or ()), path=path, line=line)
+                 variants=tuple(raw.get("variants") or ()), ok=tuple(raw.get("ok") or ()), path=path, line=line,
+                 examples=tuple((item["line"], _facts(item["facts"])) for item in raw.get("examples") or ()))
+
+
+def _facts(raw: dict) -> dict:
+    """Facts as read from YAML or the cache: lists of ranks become tuples."""
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in raw.items()}
 
 
 # Kept here for the callers that name them as `messages.X`; each lives in the
