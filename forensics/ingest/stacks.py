@@ -88,6 +88,43 @@ _FRAMEWORK_COMM = (
     ("mmcv/runner/dist_utils.py", {"allreduce_grads", "_allreduce_coalesced", "allreduce_params"}, "all_reduce"),
     ("mmdet/apis/train.py", {"parse_losses"}, "all_reduce"),
     ("mmdet/models/detectors/base.py", {"_parse_losses"}, "all_reduce"),
+    # vLLM (0.4-0.11) and SGLang (0.3-0.5, which carries a copy of vLLM's distributed package under
+    # sglang/srt/distributed/): the model's tensor-parallel helpers (communication_op.py), the
+    # GroupCoordinator's methods and the torch custom ops behind them (parallel_state.py), and the device
+    # communicators that run a collective without torch.distributed below them (the custom all-reduce's
+    # kernels through _custom_ops.py, PyNccl's ctypes calls). Point-to-point helpers are left out: their
+    # peers are ranks of the group, not global ranks.
+    ("distributed/communication_op.py", {"tensor_model_parallel_all_reduce"}, "all_reduce"),
+    ("distributed/communication_op.py", {"tensor_model_parallel_all_gather", "tensor_model_parallel_all_gatherv",
+                                         "tensor_model_parallel_custom_all_gather"}, "all_gather"),
+    ("distributed/communication_op.py", {"tensor_model_parallel_reduce_scatter"}, "reduce_scatter"),
+    ("distributed/communication_op.py", {"tensor_model_parallel_gather"}, "gather"),
+    ("distributed/communication_op.py", {"broadcast_tensor_dict"}, "broadcast"),
+    ("distributed/parallel_state.py", {"all_reduce", "_all_reduce_out_place", "_all_reduce_in_place",
+                                       "all_reduce_in_place", "inplace_all_reduce", "outplace_all_reduce",
+                                       "fused_allreduce_rmsnorm"}, "all_reduce"),
+    ("distributed/parallel_state.py", {"all_gather", "_all_gather_out_place", "all_gatherv", "custom_all_gather"},
+     "all_gather"),
+    ("distributed/parallel_state.py", {"all_gather_into_tensor", "_all_gather_into_tensor",
+                                       "reg_all_gather_into_tensor"}, "all_gather_into_tensor"),
+    ("distributed/parallel_state.py", {"reduce_scatter", "_reduce_scatter_out_place", "reduce_scatterv",
+                                       "reduce_scatter_tensor", "reg_reduce_scatter_tensor"}, "reduce_scatter"),
+    ("distributed/parallel_state.py", {"gather"}, "gather"),
+    ("distributed/parallel_state.py", {"broadcast", "broadcast_object", "broadcast_object_list",
+                                       "broadcast_tensor_dict"}, "broadcast"),
+    ("distributed/parallel_state.py", {"barrier"}, "barrier"),
+    ("distributed/device_communicators/custom_all_reduce.py", {"all_reduce", "custom_all_reduce",
+                                                               "all_reduce_reg", "all_reduce_unreg"}, "all_reduce"),
+    ("distributed/device_communicators/quick_all_reduce.py", {"all_reduce", "quick_all_reduce"}, "all_reduce"),
+    ("distributed/device_communicators/pymscclpp.py", {"all_reduce"}, "all_reduce"),
+    ("vllm/_custom_ops.py", {"all_reduce", "all_reduce_reg", "all_reduce_unreg", "qr_all_reduce"}, "all_reduce"),
+    ("distributed/device_communicators/pynccl.py", {"all_reduce"}, "all_reduce"),
+    ("distributed/device_communicators/pynccl.py", {"all_gather", "all_gatherv"}, "all_gather"),
+    ("distributed/device_communicators/pynccl.py", {"reduce_scatter", "reduce_scatterv"}, "reduce_scatter"),
+    ("distributed/device_communicators/pynccl.py", {"broadcast"}, "broadcast"),
+    # SGLang's object broadcast of each scheduler iteration's requests over the TP group's CPU group
+    # (sglang/srt/utils.py before 0.4.7, sglang/srt/utils/common.py after).
+    ("sglang/srt/utils", {"broadcast_pyobj"}, "broadcast"),
 )
 
 
