@@ -15,6 +15,7 @@ import importlib.util
 import os
 import site
 import sys
+import tempfile
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -54,3 +55,23 @@ def run_folder(outside: str) -> tuple[str, str]:
         return outside, f"the installed copy {copy}"
     note = " (an editable install: 15-20 ms more per start than an installed copy)" if editable_installs() else ""
     return REPO, f"the checkout {REPO}{note}"
+
+
+def kind_of_run() -> str:
+    """What `run_folder` runs, in words for a results file (no path of this machine)."""
+    if installed_copy():
+        return "a plain install (pip install .)"
+    return "the checkout, an editable install" if editable_installs() else "the checkout"
+
+
+def bytecode_env(env: dict, folder: str | None = None) -> dict:
+    """`env` for running forensics with its bytecode cached (PYTHONPYCACHEPREFIX,
+    under the temp dir unless `folder`), as an installed package has it:
+    with PYTHONDONTWRITEBYTECODE set and an editable install, every module
+    changed since the checkout's .pyc files were written is compiled from
+    source on every run (~0.1 s a start here). One untimed run fills the
+    cache before anything is timed."""
+    env = dict(env)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPYCACHEPREFIX"] = folder or os.path.join(tempfile.gettempdir(), "forensics-bench-pycache")
+    return env
