@@ -72,6 +72,10 @@ STUCK = {
         "tl_barrier_failed": "rank(s) {ranks} failed to pass monitoredBarrier in {timeout} ms",
         "tl_barrier_timeout": "monitoredBarrier timed out after {timeout} ms",
         "tl_gloo_timeout": "a Gloo {direction} waited {timeout} ms and timed out",
+        # snapshots (ingest/snapshot.py) and two snapshots compared (ingest/merge.py)
+        "snap_past_timeout": "rank {rank} has been in {op} for {elapsed_ms} ms, past its {timeout} ms timeout",
+        "snap_declared_hung": "the snapshot says the job is hung",
+        "snap_no_progress": "no rank moved between {before} and {after} ({n} ranks compared)",
     },
     "zh": {
         "cli_hung": "用户指明作业已挂起（--hung）",
@@ -101,6 +105,9 @@ STUCK = {
         "tl_barrier_failed": "rank {ranks} 未能在 {timeout} 毫秒内通过 monitoredBarrier",
         "tl_barrier_timeout": "monitoredBarrier 在 {timeout} 毫秒后超时",
         "tl_gloo_timeout": "Gloo {direction} 等待 {timeout} 毫秒后超时",
+        "snap_past_timeout": "Rank {rank} 已在 {op} 中停留 {elapsed_ms} ms，超过了 {timeout} ms 的超时",
+        "snap_declared_hung": "快照声明作业已挂起",
+        "snap_no_progress": "{before} 与 {after} 之间没有任何 Rank 推进（比较了 {n} 个 Rank）",
     },
 }
 # Where a collect threshold came from (progress.json's `stuck_after_from`, or

@@ -6,6 +6,7 @@ from dataclasses import replace
 
 from .. import model as m
 from ..model import Diagnostic, Evidence, Incident, ProcessGroup, StuckSignal
+from ..words import stuck_signal
 from . import communicators, stacks
 from .attribution import (STRONG, PidMap, World, attribute, job_shape, outside_world, path_rank, rank_claims,
                           stated_worlds)
@@ -402,11 +403,8 @@ def _no_progress(before: Facts, after: Facts) -> StuckSignal | None:
         return None
     if any(_position(s) != _position(old[s.rank]) for s in common):
         return None
-    return StuckSignal(
-        "no_progress_between_snapshots",
-        f"no rank moved between {before.path} and {after.path} ({len(common)} ranks compared)",
-        common[0].evidence,
-        f"{before.path} 与 {after.path} 之间没有任何 Rank 推进（比较了 {len(common)} 个 Rank）")
+    return stuck_signal("no_progress_between_snapshots", "snap_no_progress", common[0].evidence,
+                        before=before.path, after=after.path, n=len(common))
 
 
 def _check_references(ranks, groups, diagnostics) -> None:

@@ -24,6 +24,7 @@ from json.decoder import JSONDecodeError
 from .. import lazy
 from .. import model as m
 from ..model import Evidence
+from ..words import stuck_signal
 from . import jsonwalk
 from .facts import Facts
 from .textio import InputError, has_nul, int_text, looks_binary, read_text
@@ -214,12 +215,8 @@ def _read_snapshot(top: dict, lines: dict, text_lines: list[str], facts: Facts) 
         facts.ranks.append(state)
         if state.current_op is not None and state.current_op.past_timeout:
             op = state.current_op
-            facts.stuck.append(m.StuckSignal(
-                "op_past_timeout",
-                f"rank {state.rank} has been in {op.op} for {op.elapsed_ms} ms, "
-                f"past its {op.timeout_ms} ms timeout",
-                evidence,
-                f"Rank {state.rank} 已在 {op.op} 中停留 {op.elapsed_ms} ms，超过了 {op.timeout_ms} ms 的超时"))
+            facts.stuck.append(stuck_signal("op_past_timeout", "snap_past_timeout", evidence, rank=state.rank,
+                                            op=op.op, elapsed_ms=op.elapsed_ms, timeout=op.timeout_ms))
     if not seen_any:
         raise InputError(facts.path, "no rank states found in the snapshot", 1)
     facts.ranks.sort(key=lambda s: s.rank)
@@ -239,10 +236,8 @@ def _read_wrapper(top: dict, lines: dict, text_lines: list[str], facts: Facts) -
             facts.diag(lines.get("taken_at", 0), f"taken_at {top['taken_at']!r} is not a time: ignored")
     if top.get("hung") is True:
         line = lines.get("hung", 0)
-        facts.stuck.append(m.StuckSignal(
-            "declared_hung", "the snapshot says the job is hung",
-            Evidence(facts.path, line, _line_text(text_lines, line) or "hung: true"),
-            "快照声明作业已挂起"))
+        facts.stuck.append(stuck_signal("declared_hung", "snap_declared_hung",
+                                        Evidence(facts.path, line, _line_text(text_lines, line) or "hung: true")))
     groups = top.get("groups") or {}
     if not isinstance(groups, dict):
         facts.diag(lines.get("groups", 0), "groups must map a group id to its ranks: ignored")
