@@ -1,8 +1,9 @@
 """What a schema cannot say about catalogue entries, checked before they ship.
 
 `rules/messages.schema.json` says what an entry holds; this says whether it
-works: every pattern compiles and names only known facts, the example
-yields exactly the stated facts, no `ok` line (a line of the same program
+works: every pattern compiles and names only known facts, each example
+line (`example`, `examples`) yields exactly its stated facts, every pattern
+matches one of them, no `ok` line (a line of the same program
 that means something else) is taken for the entry, ids are unique across
 all files, and no pattern is slow on hostile lines. The test suite runs it
 on the shipped files; `forensics messages check FILE` on a user's.
@@ -47,16 +48,28 @@ def _pattern_problems(entry: Entry) -> list[Problem]:
 
 
 def _example_problems(entry: Entry) -> list[Problem]:
+    """Each example line (`example`, then each of `examples`) yields exactly
+    its facts, and every pattern matches at least one of them: a wording no
+    example shows is a pattern nothing tests."""
     where = (entry.path, entry.line)
-    if not any(literal in entry.example for literal in entry.match):
-        return [(*where, f"{entry.id}: the example holds none of the 'match' literals")]
-    got = entry.extract(entry.example)
-    if got is None:
-        return [(*where, f"{entry.id}: no pattern matches the example")]
-    if got != entry.facts:
-        return [(*where, f"{entry.id}: the example yields {messages._jsonable(got)}, "
-                         f"the entry states {messages._jsonable(entry.facts)}")]
-    return []
+    problems = []
+    for number, (line, facts) in enumerate(entry.all_examples):
+        label = "the example" if number == 0 else f"examples.{number - 1} {line!r}"
+        if not any(literal in line for literal in entry.match):
+            problems.append((*where, f"{entry.id}: {label} holds none of the 'match' literals"))
+            continue
+        got = entry.extract(line)
+        if got is None:
+            problems.append((*where, f"{entry.id}: no pattern matches {label}"))
+        elif got != facts:
+            problems.append((*where, f"{entry.id}: {label} yields {messages._jsonable(got)}, "
+                                     f"the entry states {messages._jsonable(facts)}"))
+    lines = [line for line, _ in entry.all_examples if any(literal in line for literal in entry.match)]
+    for index, pattern in enumerate(entry.regexes):
+        if not any(pattern.search(line) for line in lines):
+            problems.append((*where, f"{entry.id}: pattern {index} {pattern.pattern!r} matches no example line "
+                                     "(add one to 'examples', worded as the program prints it)"))
+    return problems
 
 
 def _ok_problems(entry: Entry) -> list[Problem]:

@@ -51,6 +51,41 @@ def test_the_entries_most_at_risk_carry_ok_lines():
     assert not missing, f"add the second entry's example to the first one's ok lines: {missing}"
 
 
+WITH_EXAMPLES = [e for e in SHIPPED if e.examples]
+
+
+@pytest.mark.parametrize("entry", WITH_EXAMPLES, ids=[e.id for e in WITH_EXAMPLES])
+def test_every_further_example_yields_exactly_its_facts(entry):
+    """Each `examples` line is found by the catalogue as a reader meets it
+    (the literal search first, then the patterns) and yields its facts."""
+    for line, facts in entry.examples:
+        found = {e.id: got for e, got in messages.catalogue().match(line)}
+        assert found.get(entry.id) == facts, (line, found.get(entry.id))
+
+
+def test_every_shipped_pattern_is_exercised_by_an_example_line():
+    """One example line per wording: a pattern that no `example` or
+    `examples` line matches is a wording nothing tests."""
+    unexercised = [(e.path, e.line, e.id, index) for e in SHIPPED for index, pattern in enumerate(e.regexes)
+                   if not any(pattern.search(line) for line, _ in e.all_examples)]
+    assert unexercised == []
+    assert sum(len(e.patterns) > 1 for e in SHIPPED) >= 45  # the rule has entries of several wordings to hold
+
+
+def test_the_cached_catalogue_keeps_the_further_examples(tmp_path, monkeypatch):
+    """The per-user cache stores `examples` and gives back the same entries."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("FORENSICS_NO_CACHE", raising=False)
+    paths = messages.shipped_files()
+    parsed, problems = messages.load(paths, check_examples=False, validate=False)
+    assert problems == []
+    messages._store(paths, parsed)
+    cached = messages._cached(paths)
+    assert cached is not None
+    assert [(e.id, e.examples) for e in cached] == [(e.id, e.examples) for e in parsed]
+    assert any(e.examples for e in cached)
+
+
 def test_the_shipped_files_pass_the_checker():
     assert messages.check(messages.shipped_files()) == []
 
@@ -112,6 +147,37 @@ def test_the_checker_rejects_an_ok_line_that_matches_or_tests_nothing(tmp_path, 
         "    facts:", f"    ok: [{ok!r}]\n    facts:")
     problems = messages.check([_write(tmp_path, body)])
     assert len(problems) == 1 and problems[0][1] == 2 and needle in problems[0][2], problems
+
+
+TWO_WORDINGS = ENTRY.replace("{FACTS}", '{peer_addr: "[10.0.0.2]:5000"}').replace(
+    "patterns: ['Connection closed by peer (?P<peer_addr>\\S+)']",
+    "patterns: ['Connection closed by peer (?P<peer_addr>\\S+)', 'Connection closed by peer$']")
+
+
+def test_the_checker_names_file_line_id_and_index_of_a_pattern_no_example_exercises(tmp_path):
+    path = _write(tmp_path, TWO_WORDINGS)
+    problems = messages.check([path])
+    assert len(problems) == 1, problems
+    where, line, text = problems[0]
+    assert where == messages._display(path) and line == 2
+    assert text.startswith("test-entry: pattern 1 'Connection closed by peer$' matches no example line"), text
+
+
+def test_an_examples_line_exercises_its_pattern_and_must_yield_its_facts(tmp_path):
+    covered = TWO_WORDINGS.replace("    proves:", "    examples:\n"
+                                   "      - line: 'RuntimeError: [x.cc:1] Connection closed by peer'\n"
+                                   "        facts: {}\n    proves:")
+    assert messages.check([_write(tmp_path, covered)]) == []
+    wrong = covered.replace("        facts: {}", "        facts: {peer_addr: x}")
+    problems = messages.check([_write(tmp_path, wrong)])
+    assert [(line, text) for _, line, text in problems] == [
+        (2, "test-entry: examples.0 'RuntimeError: [x.cc:1] Connection closed by peer' yields {}, "
+            "the entry states {'peer_addr': 'x'}")]
+    unmatched = covered.replace("line: 'RuntimeError: [x.cc:1] Connection closed by peer'",
+                                "line: 'RuntimeError: [x.cc:1] Connection closed by the peer'")
+    problems = messages.check([_write(tmp_path, unmatched)])
+    assert sorted(text.split(" '")[0] for _, _, text in problems) == [
+        "test-entry: examples.0", "test-entry: pattern 1"], problems
 
 
 def test_the_checker_rejects_an_id_another_file_uses(tmp_path):

@@ -66,6 +66,31 @@ def test_a_broken_entry_is_named_with_its_file_and_the_line_of_its_node(tmp_path
     assert where.endswith("bad.yaml") and number == line and needle in text, problems[0]
 
 
+WITH_EXAMPLES = GOOD.replace("    proves:", "    examples:\n"
+                             "      - line: 'RuntimeError: [x.cc:1] Connection closed by peer [10.0.0.5]:5000'\n"
+                             "        facts: {peer_addr: '[10.0.0.5]:5000'}\n    proves:")
+
+
+def test_further_examples_are_read_with_their_facts(tmp_path):
+    entries, problems = _problems(tmp_path, WITH_EXAMPLES)
+    assert problems == []
+    assert entries[0].examples == (("RuntimeError: [x.cc:1] Connection closed by peer [10.0.0.5]:5000",
+                                    {"peer_addr": "[10.0.0.5]:5000"}),)
+
+
+@pytest.mark.parametrize("change, line, needle", [
+    (("        facts: {peer_addr: '[10.0.0.5]:5000'}\n", ""), 13, "test-entry: examples.0: missing 'facts'"),
+    (("        facts: {peer_addr", "        seen: 3\n        facts: {peer_addr"), 14,
+     "test-entry: examples.0: unknown key(s): seen (allowed: facts, line)"),
+    (("- line: 'RuntimeError", "- line: 7\n        said: 'RuntimeError"), 13, "examples.0.line: 7 must be one line"),
+    (("    examples:\n", "    examples: []\n    old:\n"), 13, "test-entry: unknown key(s): old"),
+])
+def test_a_broken_further_example_is_named_with_its_line(tmp_path, change, line, needle):
+    entries, problems = _problems(tmp_path, WITH_EXAMPLES.replace(*change))
+    assert entries == [] and problems, problems
+    assert any(number == line and needle in text for _, number, text in problems), problems
+
+
 def test_one_broken_entry_leaves_the_others_of_its_file(tmp_path):
     second = GOOD.split("messages:\n", 1)[1].replace("test-entry", "second-entry").replace("project: gloo",
                                                                                            "project: gl00")
