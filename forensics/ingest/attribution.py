@@ -42,9 +42,9 @@ import re
 from collections import defaultdict
 from typing import NamedTuple
 
-from .. import lazy
+from .. import lazy, messages
 from ..ranges import compact
-from ..model import Diagnostic
+from ..model import Diagnostic, Evidence, MessageHit
 
 STRONG, WEAK = "strong", "weak"
 
@@ -278,11 +278,12 @@ _NPROC = lazy.regex(r"(?:^|\s)--nproc[_-]per[_-]node(?:=|\s+)(\d{1,7})(?!\S)")
 # `--rank N` is a process's rank only beside the other words of a distributed launch (PyTorch's ImageNet
 # example: `--dist-url tcp://... --world-size 4 --rank 0`); alone it is as often a LoRA rank.
 _DISTRIBUTED_ARGS = lazy.regex(r"(?:^|\s)--(?:world[_-]size|dist[_-]url|init[_-]method|master[_-]addr|nnodes)(?:=|\s)")
-# SGLang: sglang::scheduler_TP1, _DP0_TP1, _DP0_PP1_TP2_EP0, _TP1_EP1_PP0 (the order moved between versions).
-_SGLANG = lazy.regex(r"^sglang::scheduler((?:_(?:DP|TP|PP|EP|NP)\d{1,5})*)\s*$")
+# SGLang: sglang::scheduler_TP1, _DP0_TP1, _DP0_PP1_TP2_EP0, _TP1_EP1_PP0 (the order moved between versions),
+# _PP1_ATTN_CP0_MOE_DP0_TP0 (0.5: attention context-parallel and MoE data-parallel ranks within the TP group).
+_SGLANG = lazy.regex(r"^sglang::scheduler((?:_(?:ATTN_CP|MOE_DP|DP|TP|PP|EP|NP)\d{1,5})*)\s*$")
 # vLLM: VLLM::Worker, VLLM::Worker_TP1, VLLM::Worker_DP0_PP1_TP0 (VLLM_PROCESS_NAME_PREFIX may replace VLLM).
 _VLLM = lazy.regex(r"^(\w+)::Worker((?:_(?:DP|TP|PP|EP)\d{1,5})*)\s*$")
-_PARTS = lazy.regex(r"_(DP|TP|PP|EP|NP)(\d{1,5})")
+_PARTS = lazy.regex(r"_(ATTN_CP|MOE_DP|DP|TP|PP|EP|NP)(\d{1,5})")
 _RAY = lazy.regex(r"^(ray::[\w.]+)")
 
 
@@ -326,6 +327,47 @@ def process_identity(command: str) -> Identity | None:
     return None
 
 
+# SGLang's log prefix (python/sglang/srt/utils: configure_logger's `[%(asctime)s{prefix}] %(message)s`, the
+# date `%Y-%m-%d %H:%M:%S` until 0.5, `%m-%d %H:%M:%S` after), its prefix built in run_scheduler_process
+# from the same parts as the scheduler's title, each only where that size exceeds 1: ` DP0 PP1 TP2 EP2`,
+# ` PP1 ATTN_CP0 TP0`. A line without any part is the server's main process, not a scheduler.
+_SGLANG_PREFIX = lazy.regex(
+    r"^\[(?:\d{4}-)?\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:[.,]\d{3})?((?: (?:ATTN_CP|MOE_DP|DP|PP|TP|EP)\d{1,5})+)\] ")
+_PREFIX_PARTS = lazy.regex(r"(ATTN_CP|MOE_DP|DP|PP|TP|EP)(\d{1,5})")
+# The scheduler watchdog's dump of its own process (python/sglang/srt/utils/common.py, pyspy_dump_schedulers;
+# 0.5.5 moved it to utils/debug_utils.py and added the command): `Pyspy dump for PID 81911:` then py-spy's
+# output, or `Pyspy dump for PID 81911 (py-spy dump --native --pid 81911):`. Called with scheduler_only (by
+# the server's main process, which has no part in its prefix) it dumps every scheduler of the node instead.
+_SGLANG_DUMP = lazy.regex(r"Pyspy dump for PID (\d{1,9})(?: \(py-spy dump [^()]*\))?:\s*$")
+
+
+def log_prefix_identity(line: str) -> tuple[Identity, str] | None:
+    """The TP rank SGLang's log prefix names (`[2026-07-10 03:17:42 TP0] ...`,
+    `[07-10 03:17:42 DP1 TP3] ...`) as a rank of the tensor-parallel group,
+    with the line's text after the prefix; None for any other line and for
+    a prefix naming no TP rank (the server's main process, a TP size of 1)."""
+    found = _SGLANG_PREFIX.match(line) if line.startswith("[") else None
+    if found is None:
+        return None
+    parts = dict(_PREFIX_PARTS.findall(found.group(1)))
+    if "TP" not in parts:
+        return None
+    said = found.group(1).strip()
+    return (Identity(int(parts["TP"]), GROUP_LOCAL, said, "its log prefix", whole_world=not ({"PP", "DP"} & set(parts))),
+            line[found.end():])
+
+
+def announced_dump(line: str) -> tuple[int, Identity] | None:
+    """(pid, identity) where `line` is an SGLang scheduler announcing the
+    py-spy dump of its own process under its log prefix: the dump that
+    follows, of that pid, is that TP rank's process."""
+    prefixed = log_prefix_identity(line)
+    if prefixed is None:
+        return None
+    found = _SGLANG_DUMP.match(prefixed[1])
+    return (int(found.group(1)), prefixed[0]) if found is not None else None
+
+
 class JobShape(NamedTuple):
     """What the evidence says of the job's shape, each with where it stands:
     one node (a local rank is then global), one tensor-parallel group that
@@ -338,6 +380,23 @@ class JobShape(NamedTuple):
 # Lines by which a launcher or a server states the job's shape.
 ONE_NODE_MESSAGES = frozenset({"deepspeed-launch-nnodes", "deepspeed-launch-world-info"})
 ONE_GROUP_MESSAGES = frozenset({"sglang-launch-command", "sglang-server-args"})
+SHAPE_MESSAGES = ONE_NODE_MESSAGES | ONE_GROUP_MESSAGES
+# What the console around a framework's own stack dumps says of them: the job's shape (what the dumps'
+# titles mean) and the watchdog that printed them (that the processes were stuck).
+DUMP_CONSOLE_MESSAGES = SHAPE_MESSAGES | {"sglang-scheduler-watchdog-timeout"}
+
+
+def dump_console_statements(line: str, evidence: Evidence) -> list[MessageHit]:
+    """The catalogue's hits on `line`, a line around stack dumps pasted into
+    a console (SGLang's watchdog prints them into the server's log), of the
+    entries in DUMP_CONSOLE_MESSAGES: no line reader reads a file that holds
+    dumps (`statements.LEFT_TO_THEIR_READERS`), yet the console's launch
+    command and server arguments say what the dumps' titles mean."""
+    cat = messages.catalogue()
+    if not any(literal in line for entry_id in DUMP_CONSOLE_MESSAGES if (entry := cat.get(entry_id)) is not None
+               for literal in entry.match):
+        return []
+    return [hit for hit in messages.line_hits(line, evidence) if hit.id in DUMP_CONSOLE_MESSAGES]
 _TORCHRUN = lazy.regex(r"(?:^|[\s/])(?:torchrun|torch\.distributed\.(?:run|launch))(?:\s|$)")
 _STANDALONE = lazy.regex(r"(?:^|\s)--standalone(?!\S)")
 _ONE_NNODES = lazy.regex(r"(?:^|\s)--nnodes(?:=|\s+)1(?::1)?(?!\S)")

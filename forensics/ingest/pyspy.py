@@ -45,6 +45,7 @@ from json.decoder import JSONDecodeError
 from .. import lazy
 from ..model import Evidence, Frame, ProcessDump, ThreadStack
 from . import jsonwalk
+from .attribution import GROUP_LOCAL, announced_dump, dump_console_statements, process_identity
 from .facts import Facts
 from .grammar import parser
 from .textio import ANSI_COLOUR, InputError, has_nul, read_text, uncoloured
@@ -500,6 +501,7 @@ class _TextReader:
         self.unrecognized = 0
         self.last_bad = 0
         self.memo: dict = {}   # (block, values) → frames, for threads repeated within this dump
+        self.announced = None  # (pid, identity, line) of the last SGLang line announcing a dump of its own process
 
     def _drop_long_lines(self, text: str) -> str:
         if len(text) <= MAX_LINE:
@@ -579,6 +581,7 @@ class _TextReader:
             self.current = _Process(number, _fill(parsed[2], values),
                                     Evidence(self.display, line_no, line.strip()))
             self.processes.append(self.current)
+            self._check_announced(line_no, number, self.current.command)
         elif kind == "python":
             self._process(line_no, line).python = _fill(parsed[1], values)
         elif kind not in ("parent", "rule"):  # a child's parent, the rule between processes
@@ -628,7 +631,29 @@ class _TextReader:
             Evidence(self.display, line_no, header.strip()), status))
         process.ranks.append(block.rank)
 
+    def _check_announced(self, line_no: int, pid: int | None, command: str) -> None:
+        """A dump SGLang's scheduler announced as its own (`[... TP1] Pyspy
+        dump for PID N:`) is that TP rank's process; its title says the same
+        (both come from one prefix), and a diagnostic says where they differ."""
+        announced, self.announced = self.announced, None
+        if announced is None or announced[0] != pid:
+            return
+        said = announced[1]
+        title = process_identity(command)
+        if title is None or title.scope != GROUP_LOCAL or title.rank != said.rank:
+            self.facts.diag(line_no, f"line {announced[2]} announces this dump as the process of tensor-parallel "
+                                     f"rank {said.rank} ({said.said}), but its title ({command.strip()[:80]}) does "
+                                     f"not say so: the title is what the rank is taken from", "info")
+
     def _unrecognized(self, line_no: int, line: str) -> None:
+        said = dump_console_statements(line, Evidence(self.display, line_no, line.strip()[:2000]))
+        if said:  # a line of the console the dumps were printed into that the catalogue knows
+            self.facts.messages.extend(said)
+            return
+        announced = announced_dump(line)
+        if announced is not None:
+            self.announced = (*announced, line_no)
+            return
         if self.current is None:
             return  # before the first dump: the lines of the console the dump was pasted into
         self.unrecognized += 1
