@@ -404,4 +404,7 @@ def decide(findings: list[Finding], incident: Incident,
         # Nothing read shows where any live rank is now (dumps whose calls all
         # completed, a launcher's exit codes): no hang found is not health seen.
         return "inconclusive", None
+    if confidence.awaited_unseen(incident, analysis):
+        # Waiting on a rank is progress only while that rank is seen at work.
+        return "inconclusive", None
     return "healthy", None

@@ -22,6 +22,21 @@ def silent_ranks(incident) -> list[int]:
             and not s.last_words]
 
 
+def awaited_unseen(incident, analysis) -> list[int]:
+    """The ranks the others wait for when none of them is seen at work:
+    nothing describes them, or only records that never show some of their
+    calls place them (torch's Gloo Flight Recorder records no send or recv),
+    all of those calls completed. Each may be blocked in such a call, or
+    gone: whether the wait resolves is not seen. Empty when any awaited rank
+    is seen at work (records of every call, all completed, place a rank
+    between calls, as a stack in its own code does)."""
+    silent = set(silent_ranks(incident))
+    sinks = [r for r in analysis.sinks if isinstance(r, int)]
+    unseen = [r for r in sinks if r not in incident.ranks or r in silent
+              or (incident.ranks[r].activity == UNKNOWN and incident.ranks[r].unrecorded)]
+    return sorted(unseen) if sinks and len(unseen) == len(sinks) else []
+
+
 LEVELS = ("low", "medium", "high")
 
 
@@ -127,6 +142,10 @@ def _shape(report) -> Confidence:
                           f"no rank read is blocked, but rank {compact(silent)} sent nothing",
                           "没有 Rank 处于无法解除的阻塞" if not silent else f"读到的 Rank 都没有阻塞，但 Rank {compact(silent)} 没有产物")
     missing, missing_zh = would_decide(report)
+    unseen = awaited_unseen(incident, report.analysis) if not incident.stuck else []
+    if unseen:
+        return Confidence("low", f"ranks wait for rank {compact(unseen)}, which no artifact shows at work",
+                          f"有 Rank 在等待 Rank {compact(unseen)}，但没有任何产物显示它在工作", missing, missing_zh)
     return Confidence("low", "nothing read states a cause or shows who waits on whom",
                       "读到的内容既未说明原因，也看不出谁在等谁", missing, missing_zh)
 

@@ -143,6 +143,10 @@ _LABELS = {
            "inconclusive": "Inconclusive: the artifacts show no rank waiting on another, so there is "
                            "nothing to explain the hang.",
            "inconclusive_empty": "Inconclusive: no rank states were found in the artifacts.",
+           "inconclusive_unseen": "Inconclusive: {w} rank(s) wait for rank {ranks}, which no artifact shows at "
+                                  "work (nothing describes it, or only records that never show some of its calls "
+                                  "place it): whether the wait resolves, and so whether the job is stuck, is not "
+                                  "seen.",
            "decide": "What would decide it",
            "stuck": "{s} of {n} rank(s) can never progress.",
            "waiting": "{w} of {n} rank(s) wait for others.",
@@ -168,6 +172,8 @@ _LABELS = {
            "healthy_wait": "其中 {w} 个 Rank 正在等待仍在工作的 Rank，单个快照中这属于正常推进；若作业确实卡住，请加 --hung 重新分析。",
            "inconclusive": "无法判定：产物中没有任何 Rank 在等待其他 Rank，无法解释挂起。",
            "inconclusive_empty": "无法判定：产物中没有找到任何 Rank 的状态。",
+           "inconclusive_unseen": "无法判定：有 {w} 个 Rank 在等待 Rank {ranks}，但没有任何产物显示它在工作（没有产物描述它，"
+                                  "或只有不记录其部分调用的记录能定位它）：看不出这一等待是否会结束，也就无法判断作业是否卡住。",
            "decide": "可以判定的产物",
            "stuck": "{n} 个 Rank 中有 {s} 个永远无法推进。",
            "waiting": "{n} 个 Rank 中有 {w} 个在等待其他 Rank。",
@@ -256,7 +262,10 @@ def _undecided(story: _Story) -> str:
         blocked = sum(1 for s in report.incident.ranks.values() if s.is_blocked)
         blind = confidence.unknown_group_ranks(report.incident)
         unlisted = confidence.unlisted_group_ranks(report.incident)
-        if blind:
+        unseen = confidence.awaited_unseen(report.incident, report.analysis) if not report.incident.stuck else []
+        if unseen:
+            text = labels["inconclusive_unseen"].format(w=len(report.analysis.waiting), ranks=compact(unseen))
+        elif blind:
             text += labels["unknown_groups"].format(ranks=compact(blind), n=len(blind))
         elif unlisted:
             ranks = sorted(unlisted)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from ..confidence import awaited_unseen
 from ..hookspecs import hookimpl
 from ..model import UNIDENTIFIED_GROUP, UNKNOWN, Finding, group_id, path_label
 from ..ranges import compact
@@ -117,13 +118,17 @@ def forensics_graph_findings(incident, analysis):
             f"{len(analysis.waiting)} 个 Rank 在等待 Rank {compact(sinks)}，{where_zh}。"
             f"{'；'.join(described)}。作业已卡住（{why_zh}）。{_also_zh(unseen)}", HINT_ZH,
             confidence=level[0], confidence_reason=level[1], confidence_reason_zh=level[2])]
+    if awaited_unseen(incident, analysis):
+        reading = "no artifact shows it at work, so whether the wait resolves is not seen"
+        reading_zh = "没有任何产物显示它在工作，因此看不出这一等待是否会结束"
+    else:
+        reading, reading_zh = "in a single snapshot that is normal progress", "单个快照中这属于正常推进"
     return findings + [Finding(
         "waiting-on-progressing-rank", "waiting_on_progressing_rank", "info", tuple(sorted(sinks)),
-        f"{len(analysis.waiting)} rank(s) wait for rank {compact(sinks)} ({', '.join(described)}); in a "
-        f"single snapshot that is normal progress. If the job is stuck, rerun with --hung "
-        f"(most waited on: {top} rank(s)).",
+        f"{len(analysis.waiting)} rank(s) wait for rank {compact(sinks)} ({', '.join(described)}); "
+        f"{reading}. If the job is stuck, rerun with --hung (most waited on: {top} rank(s)).",
         evidence, HINT,
-        f"{len(analysis.waiting)} 个 Rank 在等待 Rank {compact(sinks)}（{', '.join(described)}）；单个快照中这属于正常推进。"
+        f"{len(analysis.waiting)} 个 Rank 在等待 Rank {compact(sinks)}（{', '.join(described)}）；{reading_zh}。"
         f"若作业确实卡住，请加 --hung 重新分析。", HINT_ZH)]
 
 
