@@ -11,7 +11,7 @@ from . import communicators, stacks
 from .attribution import (STRONG, PidMap, World, attribute, job_shape, outside_world, path_rank, rank_claims,
                           stated_worlds)
 from .facts import Facts
-from .records import groups_from_comms, infer_members, state_from_records
+from .records import _joined, groups_from_comms, infer_members, state_from_records
 
 
 def merge(facts: list[Facts], artifacts: tuple = (), diagnostics=()) -> Incident:
@@ -384,10 +384,30 @@ def _combine(old: m.RankState | None, new: m.RankState) -> m.RankState:
     if new.activity == m.UNKNOWN:
         updates.update(activity=old.activity, current_op=old.current_op,
                        declared_waits=old.declared_waits)
+    else:
+        same = _same_call(old.current_op, new.current_op)
+        if same is not None:
+            updates["current_op"] = same
     if old.progress or new.progress:
         updates["progress"] = {**old.progress, **new.progress}
     updates["log_events"] = old.log_events + new.log_events
     return replace(new, **updates)
+
+
+def _same_call(a: m.CommOp | None, b: m.CommOp | None) -> m.CommOp | None:
+    """Two artifacts' view of the same call (a snapshot or log says its group,
+    seq and peers; a stack dump shows the op and the code): one call with
+    what each knows, the dump's view first. None when they are not the same
+    op or neither knows more."""
+    if a is None or b is None or a.op != b.op:
+        return None
+    dump, told = (b, a) if not b.group_known or b.seq is None else (a, b)
+    if told.group_known and (dump.group_known and dump.group != told.group):
+        return None  # two groups: two calls
+    if not told.group_known and told.seq is None:
+        return None
+    joined = _joined(dump, told)
+    return replace(joined, peers=told.peers) if not joined.peers and told.peers else joined
 
 
 def _position(state: m.RankState):
