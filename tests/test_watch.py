@@ -185,6 +185,10 @@ def test_a_cycle_across_process_groups_is_reported_at_once(backend, job_factory,
     again = json.loads(proc.stdout)
     assert proc.returncode == 1 and {r["kind"] for r in again["read"]} >= {"snapshot", "py-spy"}, proc.stderr
     assert (again["verdict"], again["culprit_ranks"]) == ("deadlock", [0, 1, 2, 3]), again["cycles"]
+    # a dump of the call a snapshot places keeps the snapshot's group, seq and peers: the same cycle and groups
+    assert again["cycles"] == report["cycles"], again["cycles"]
+    assert {r: (v["group"], v["seq"]) for r, v in again["ranks"].items()} == \
+        {r: (v["group"], v["seq"]) for r, v in report["ranks"].items()}
 
 
 @needs_torch
