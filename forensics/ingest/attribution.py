@@ -37,6 +37,7 @@ the default group's members, the launcher's `global_world_sizes`,
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections import defaultdict
@@ -361,7 +362,7 @@ def announced_dump(line: str) -> tuple[int, Identity] | None:
     """(pid, identity) where `line` is an SGLang scheduler announcing the
     py-spy dump of its own process under its log prefix: the dump that
     follows, of that pid, is that TP rank's process."""
-    prefixed = log_prefix_identity(line)
+    prefixed = log_prefix_identity(line) if "Pyspy dump for PID " in line else None
     if prefixed is None:
         return None
     found = _SGLANG_DUMP.match(prefixed[1])
@@ -392,11 +393,20 @@ def dump_console_statements(line: str, evidence: Evidence) -> list[MessageHit]:
     entries in DUMP_CONSOLE_MESSAGES: no line reader reads a file that holds
     dumps (`statements.LEFT_TO_THEIR_READERS`), yet the console's launch
     command and server arguments say what the dumps' titles mean."""
+    for literal in _console_literals():
+        if literal in line:
+            return [hit for hit in messages.line_hits(line, evidence) if hit.id in DUMP_CONSOLE_MESSAGES]
+    return []
+
+
+@functools.lru_cache(maxsize=1)
+def _console_literals() -> tuple[str, ...]:
+    """The literals of DUMP_CONSOLE_MESSAGES: most console lines hold none,
+    and a server's log has hundreds of thousands (a few substring searches
+    a line cost less than one regex alternation)."""
     cat = messages.catalogue()
-    if not any(literal in line for entry_id in DUMP_CONSOLE_MESSAGES if (entry := cat.get(entry_id)) is not None
-               for literal in entry.match):
-        return []
-    return [hit for hit in messages.line_hits(line, evidence) if hit.id in DUMP_CONSOLE_MESSAGES]
+    return tuple(sorted({literal for entry_id in DUMP_CONSOLE_MESSAGES if (entry := cat.get(entry_id)) is not None
+                         for literal in entry.match}))
 _TORCHRUN = lazy.regex(r"(?:^|[\s/])(?:torchrun|torch\.distributed\.(?:run|launch))(?:\s|$)")
 _STANDALONE = lazy.regex(r"(?:^|\s)--standalone(?!\S)")
 _ONE_NNODES = lazy.regex(r"(?:^|\s)--nnodes(?:=|\s+)1(?::1)?(?!\S)")
