@@ -818,3 +818,27 @@ def test_a_stuck_window_is_written_for_the_progress_reader(tmp_path):
     document, facts = judged((1001.0, spinning(62, 100)), (1003.0, spinning(63, 300)))  # 3 s: below 4 s
     assert not facts.stuck and any(d.message.startswith("not a hang yet: rank 0, 2 waited in all_reduce for 3 s")
                                    for d in facts.diagnostics)
+
+
+def test_a_dump_that_leaves_its_rank_stopped_is_said_loudly(tmp_path):
+    """A py-spy that stops the rank and then hangs (a stand-in written here:
+    it SIGSTOPs the pid it is given, then sleeps) is ended past the timeout;
+    the rank, stopped now and not before, is reported as left stopped, not as
+    a mere timeout."""
+    from forensics.live.collect import state_of
+    from forensics.live.watch import pyspy_dumps
+
+    fake = tmp_path / "py-spy"
+    fake.write_text("#!" + sys.executable + "\nimport os, signal, sys, time\n"
+                    "if '--help' in sys.argv:\n    print('--nonblocking')\n    sys.exit(0)\n"
+                    "os.kill(int(sys.argv[sys.argv.index('--pid') + 1]), signal.SIGSTOP)\ntime.sleep(600)\n")
+    fake.chmod(0o755)
+    rank = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        done = pyspy_dumps(str(fake), [rank.pid], timeout=2)
+        assert done[rank.pid][0] == "left_stopped" and done[rank.pid][2] == b"T", done
+        assert state_of(rank.pid) == "T"
+    finally:
+        os.kill(rank.pid, signal.SIGCONT)
+        rank.kill()
+        rank.wait()

@@ -46,7 +46,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..ranges import compact
-from .collect import _fingerprint, _main_switches, _output_size, _proc_facts, progress_document, stack_position
+from .collect import (_fingerprint, _main_switches, _output_size, _proc_facts, progress_document, stack_position,
+                      state_of)
 from .stores import BUCKETS, RANK_TTL_S, StoreDown, open_store, parse_store
 
 SNAPSHOT_SCHEMA = "forensics.snapshot/1"
@@ -433,6 +434,9 @@ def capture_stacks(targets, states: dict[int, dict], folder: str, pyspy: str | N
         if code == "timeout":
             capture.fail("timeout", seconds=f"{timeout:g}")
             continue
+        if code == "left_stopped":
+            capture.fail("left_stopped", seconds=f"{timeout:g}", state=err.decode())
+            continue
         text = out.decode("utf-8", "replace")
         if code == 0 and text.strip():
             os.makedirs(folder, exist_ok=True)
@@ -453,8 +457,11 @@ def pyspy_dumps(pyspy: str, pids, timeout: float) -> dict[int, tuple]:
     """`py-spy dump` of every pid at once (pyspy_command: never pausing
     them): {pid: (exit code, stdout, stderr)}, the code "cannot_start"
     (stderr then says why) or "timeout" for a dump that outlived `timeout`
-    and was ended (the py-spy process is ours)."""
+    and was ended (the py-spy process is ours; the kernel detaches it from
+    the rank), or "left_stopped" (stderr: the rank's state) when the rank is
+    stopped after that and was not before: said, loudly, never hidden."""
     running, done = [], {}
+    before = {pid: state_of(pid) for pid in dict.fromkeys(pids)}
     for pid in dict.fromkeys(pids):
         try:
             running.append((pid, subprocess.Popen(pyspy_command(pyspy, pid), stdout=subprocess.PIPE,
@@ -468,7 +475,11 @@ def pyspy_dumps(pyspy: str, pids, timeout: float) -> dict[int, tuple]:
             out, err = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             _end(proc)
-            done[pid] = ("timeout", b"", b"")
+            after = state_of(pid)
+            if after in ("t", "T") and before.get(pid) not in ("t", "T"):
+                done[pid] = ("left_stopped", b"", after.encode())
+            else:
+                done[pid] = ("timeout", b"", b"")
             continue
         done[pid] = (proc.returncode, out, err)
     return done

@@ -93,6 +93,9 @@ STACK_PROBLEMS = {
         "no_pyspy": "py-spy is not installed here (neither on PATH nor beside this Python; pip install py-spy)",
         "cannot_start": "py-spy could not start: {said}",
         "timeout": "py-spy dump --pid {pid} took over {seconds} s: ended",
+        "left_stopped": "py-spy dump --pid {pid} took over {seconds} s and was ended; pid {pid} is left "
+                        "{state} (stopped), which it was not before: check it (`cat /proc/{pid}/status`) and "
+                        "resume it with `kill -CONT {pid}` if it stays so",
         "not_permitted": "py-spy may not attach to pid {pid} (ptrace not permitted: run watch as the job's user or "
                          "as root; kernel.yama.ptrace_scope 1 lets only a parent attach, 0 or CAP_SYS_PTRACE lifts "
                          "it); py-spy said: {said}",
@@ -108,6 +111,8 @@ STACK_PROBLEMS = {
         "no_pyspy": "本机没有安装 py-spy（PATH 中和当前 Python 旁都没有；pip install py-spy）",
         "cannot_start": "py-spy 无法启动：{said}",
         "timeout": "py-spy dump --pid {pid} 超过 {seconds} 秒未完成：已终止",
+        "left_stopped": "py-spy dump --pid {pid} 超过 {seconds} 秒未完成，已终止；pid {pid} 现处于 {state}（停止）状态，"
+                        "之前并非如此：请检查（`cat /proc/{pid}/status`），若一直停止，用 `kill -CONT {pid}` 恢复",
         "not_permitted": "py-spy 无权附加到 pid {pid}（ptrace 不被允许：请以作业的用户或 root 运行 watch；"
                          "kernel.yama.ptrace_scope 为 1 时只有父进程可以附加，设为 0 或授予 CAP_SYS_PTRACE 即可）；"
                          "py-spy 的输出：{said}",
