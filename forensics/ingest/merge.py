@@ -28,7 +28,7 @@ def merge(facts: list[Facts], artifacts: tuple = (), diagnostics=()) -> Incident
                    key=lambda i: (facts[i].observed_at is None, facts[i].observed_at or 0.0, i))
     ranks: dict[int, m.RankState] = {}
     groups: dict[str, ProcessGroup] = {}
-    previous_snapshot: Facts | None = None
+    snapshots: list[Facts] = []
     dumps: list[m.ProcessDump] = []
     records: list[m.ProcessRecord] = []
     comm_members: list = []
@@ -77,11 +77,10 @@ def merge(facts: list[Facts], artifacts: tuple = (), diagnostics=()) -> Incident
                                               f"group {group.id!r} has ranks {list(group.ranks)} here but "
                                               f"{list(known.ranks)} elsewhere: the first is used"))
         if item.kind == "snapshot":
-            if previous_snapshot is not None:
-                signal = _no_progress(previous_snapshot, item)
-                if signal is not None:
-                    stuck.append(signal)
-            previous_snapshot = item
+            snapshots.append(item)
+    signal = _snapshot_window(snapshots, diagnostics)
+    if signal is not None:
+        stuck.append(signal)
     placed, unattributed, learned = attribute(dumps, stated, diagnostics, world=world,
                                               shape=job_shape(messages.values(), dumps))
     for rank, rank_dumps in placed.items():
@@ -414,6 +413,39 @@ def _position(state: m.RankState):
     op = state.current_op
     return (state.activity, state.alive,
             None if op is None else (op.op, op.group, op.seq, op.state, op.peers))
+
+
+def _snapshot_window(snapshots: list[Facts], diagnostics: list) -> StuckSignal | None:
+    """Several snapshots in time order judged as one window, as a window
+    forensics collect or watch wrote is (ingest/progress.py): the ranks
+    stuck since the first snapshot of the latest run in which no rank moved,
+    when that run spans at least the threshold (analyze --stuck-after, else
+    the default); below it, "not a hang yet". Snapshots that say no time are
+    judged as before: no rank moved between two of them is stuck."""
+    from .progress import threshold_for_analyze
+
+    start = signal = None
+    for before, after in zip(snapshots, snapshots[1:]):
+        found = _no_progress(before, after)
+        if found is None:
+            start = signal = None
+            continue
+        start = start or before
+        signal = found if start is before else replace(found, detail=found.detail.replace(before.path, start.path),
+                                                            detail_zh=found.detail_zh.replace(before.path, start.path))
+        last = after
+    if signal is None:
+        return None
+    if start.observed_at is None or last.observed_at is None:
+        return signal
+    window = last.observed_at - start.observed_at
+    threshold, source = threshold_for_analyze()
+    if window >= threshold:
+        return signal
+    diagnostics.append(Diagnostic(last.path, 0, f"not a hang yet: no rank moved between {start.path} and "
+                                                f"{last.path}, {window:g} s apart; stuck only past {threshold:g} s "
+                                                f"({source}): look again later, or take a snapshot past it", "info"))
+    return None
 
 
 def _no_progress(before: Facts, after: Facts) -> StuckSignal | None:

@@ -138,6 +138,14 @@ def _ranks(ranks: list[int]) -> str:
     return ", ".join(map(str, ranks)) if len(ranks) <= 8 else compact(ranks)
 
 
+def threshold_for_analyze() -> tuple[float, str]:
+    """The threshold analyze judges a window it finds itself against (several
+    snapshot files): its --stuck-after, else the default."""
+    if _override:
+        return _override[-1], "analyze --stuck-after"
+    return DEFAULT_STUCK_AFTER_S, "the default"
+
+
 def _threshold(data: dict) -> tuple[float, str]:
     if _override:
         return _override[-1], "analyze --stuck-after"
