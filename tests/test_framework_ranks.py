@@ -4,8 +4,8 @@ The stacks are written as `py-spy dump` prints them (`Process N: <title>`, one f
 function names and files of vLLM 0.5-0.6 and SGLang 0.4-0.5); the log lines as SGLang's
 `configure_logger` formats them (`[%(asctime)s{prefix}] %(message)s`, the prefix ` DP<d> PP<p> TP<t>
 EP<e>` holding only the parts whose size exceeds 1) and its scheduler watchdog prints a dump of its
-own process (`Pyspy dump for PID <pid>:` before 0.5.5, `Pyspy dump for PID <pid> (py-spy dump
---native --pid <pid>):` after).
+own process (`Pyspy dump for PID <pid>:`, in later versions `Pyspy dump for PID <pid> (py-spy dump
+--native --pid <pid>):`).
 """
 
 import pytest

@@ -329,15 +329,15 @@ def process_identity(command: str) -> Identity | None:
 
 
 # SGLang's log prefix (python/sglang/srt/utils: configure_logger's `[%(asctime)s{prefix}] %(message)s`, the
-# date `%Y-%m-%d %H:%M:%S` until 0.5, `%m-%d %H:%M:%S` after), its prefix built in run_scheduler_process
+# date `%Y-%m-%d %H:%M:%S`, in later versions `%m-%d %H:%M:%S`), its prefix built in run_scheduler_process
 # from the same parts as the scheduler's title, each only where that size exceeds 1: ` DP0 PP1 TP2 EP2`,
 # ` PP1 ATTN_CP0 TP0`. A line without any part is the server's main process, not a scheduler.
 _SGLANG_PREFIX = lazy.regex(
     r"^\[(?:\d{4}-)?\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:[.,]\d{3})?((?: (?:ATTN_CP|MOE_DP|DP|PP|TP|EP)\d{1,5})+)\] ")
 _PREFIX_PARTS = lazy.regex(r"(ATTN_CP|MOE_DP|DP|PP|TP|EP)(\d{1,5})")
-# The scheduler watchdog's dump of its own process (python/sglang/srt/utils/common.py, pyspy_dump_schedulers;
-# 0.5.5 moved it to utils/debug_utils.py and added the command): `Pyspy dump for PID 81911:` then py-spy's
-# output, or `Pyspy dump for PID 81911 (py-spy dump --native --pid 81911):`. Called with scheduler_only (by
+# The scheduler watchdog's dump of its own process (pyspy_dump_schedulers, python/sglang/srt/utils/common.py;
+# later versions, in a module of its own, add the command): `Pyspy dump for PID 81911:` then py-spy's output,
+# or `Pyspy dump for PID 81911 (py-spy dump --native --pid 81911):`. Called with scheduler_only (by
 # the server's main process, which has no part in its prefix) it dumps every scheduler of the node instead.
 _SGLANG_DUMP = lazy.regex(r"Pyspy dump for PID (\d{1,9})(?: \(py-spy dump [^()]*\))?:\s*$")
 
@@ -353,9 +353,8 @@ def log_prefix_identity(line: str) -> tuple[Identity, str] | None:
     parts = dict(_PREFIX_PARTS.findall(found.group(1)))
     if "TP" not in parts:
         return None
-    said = found.group(1).strip()
-    return (Identity(int(parts["TP"]), GROUP_LOCAL, said, "its log prefix", whole_world=not ({"PP", "DP"} & set(parts))),
-            line[found.end():])
+    whole = not ({"PP", "DP"} & set(parts))
+    return Identity(int(parts["TP"]), GROUP_LOCAL, found.group(1).strip(), "its log prefix", whole), line[found.end():]
 
 
 def announced_dump(line: str) -> tuple[int, Identity] | None:
@@ -407,6 +406,8 @@ def _console_literals() -> tuple[str, ...]:
     cat = messages.catalogue()
     return tuple(sorted({literal for entry_id in DUMP_CONSOLE_MESSAGES if (entry := cat.get(entry_id)) is not None
                          for literal in entry.match}))
+
+
 _TORCHRUN = lazy.regex(r"(?:^|[\s/])(?:torchrun|torch\.distributed\.(?:run|launch))(?:\s|$)")
 _STANDALONE = lazy.regex(r"(?:^|\s)--standalone(?!\S)")
 _ONE_NNODES = lazy.regex(r"(?:^|\s)--nnodes(?:=|\s+)1(?::1)?(?!\S)")
