@@ -10,7 +10,7 @@ more evidence, a wait on a rank that sent nothing does.
 from __future__ import annotations
 
 from .ingest.merge import IMPLIED
-from .model import UNIDENTIFIED_GROUP, UNKNOWN, Confidence, Culprit
+from .model import UNIDENTIFIED_GROUP, UNKNOWN, Confidence, Culprit, ProcessDump
 from .ranges import compact
 
 
@@ -24,17 +24,31 @@ def silent_ranks(incident) -> list[int]:
 
 def awaited_unseen(incident, analysis) -> list[int]:
     """The ranks the others wait for when none of them is seen at work:
-    nothing describes them, or only records that never show some of their
+    nothing describes them; only records that never show some of their
     calls place them (torch's Gloo Flight Recorder records no send or recv),
-    all of those calls completed. Each may be blocked in such a call, or
-    gone: whether the wait resolves is not seen. Empty when any awaited rank
-    is seen at work (records of every call, all completed, place a rank
-    between calls, as a stack in its own code does)."""
+    all of those calls completed; or their stack dump shows the main thread
+    idle (py-spy: not running, asleep or waiting on a lock, a queue or I/O
+    that no dump shows), wherever in the job's code it is. Each may be
+    blocked, or gone: whether the wait resolves is not seen. Empty when any
+    awaited rank is seen at work (a thread running, or records of every
+    call, all completed, that place it between calls)."""
     silent = set(silent_ranks(incident))
     sinks = [r for r in analysis.sinks if isinstance(r, int)]
     unseen = [r for r in sinks if r not in incident.ranks or r in silent
-              or (incident.ranks[r].activity == UNKNOWN and incident.ranks[r].unrecorded)]
+              or (incident.ranks[r].activity == UNKNOWN and incident.ranks[r].unrecorded)
+              or idle_in_its_dump(incident.ranks[r])]
     return sorted(unseen) if sinks and len(unseen) == len(sinks) else []
+
+
+def idle_in_its_dump(state) -> bool:
+    """The rank's stack dump states its main thread is not running (py-spy's
+    `idle`); a dump that does not say (gdb, a snapshot) states nothing."""
+    if not state.threads:
+        return False
+    from .ingest.stacks import main_thread
+
+    thread = main_thread(ProcessDump("", "", pid=state.pid, threads=state.threads))
+    return thread is not None and thread.active is False
 
 
 LEVELS = ("low", "medium", "high")
@@ -144,6 +158,11 @@ def _shape(report) -> Confidence:
     missing, missing_zh = would_decide(report)
     unseen = awaited_unseen(incident, report.analysis) if not incident.stuck else []
     if unseen:
+        idle = [r for r in unseen if r in incident.ranks and idle_in_its_dump(incident.ranks[r])]
+        if idle:
+            missing = (f"a second stack dump of rank {compact(idle)} a minute later (does it move?), or --hung if "
+                       f"the job is known to be stuck",) + missing
+            missing_zh = (f"一分钟后 Rank {compact(idle)} 的第二次栈 dump（它是否在动？）；若确知作业卡住，加 --hung",) + missing_zh
         return Confidence("low", f"ranks wait for rank {compact(unseen)}, which no artifact shows at work",
                           f"有 Rank 在等待 Rank {compact(unseen)}，但没有任何产物显示它在工作", missing, missing_zh)
     return Confidence("low", "nothing read states a cause or shows who waits on whom",

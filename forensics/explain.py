@@ -144,9 +144,9 @@ _LABELS = {
                            "nothing to explain the hang.",
            "inconclusive_empty": "Inconclusive: no rank states were found in the artifacts.",
            "inconclusive_unseen": "Inconclusive: {w} rank(s) wait for rank {ranks}, which no artifact shows at "
-                                  "work (nothing describes it, or only records that never show some of its calls "
-                                  "place it): whether the wait resolves, and so whether the job is stuck, is not "
-                                  "seen.",
+                                  "work (nothing describes it, only records that never show some of its calls "
+                                  "place it, or its stack dump shows it idle, not running): whether the wait "
+                                  "resolves, and so whether the job is stuck, is not seen.",
            "decide": "What would decide it",
            "stuck": "{s} of {n} rank(s) can never progress.",
            "waiting": "{w} of {n} rank(s) wait for others.",
@@ -173,7 +173,8 @@ _LABELS = {
            "inconclusive": "无法判定：产物中没有任何 Rank 在等待其他 Rank，无法解释挂起。",
            "inconclusive_empty": "无法判定：产物中没有找到任何 Rank 的状态。",
            "inconclusive_unseen": "无法判定：有 {w} 个 Rank 在等待 Rank {ranks}，但没有任何产物显示它在工作（没有产物描述它，"
-                                  "或只有不记录其部分调用的记录能定位它）：看不出这一等待是否会结束，也就无法判断作业是否卡住。",
+                                  "只有不记录其部分调用的记录能定位它，或它的栈 dump 显示它处于空闲、并未运行）："
+                                  "看不出这一等待是否会结束，也就无法判断作业是否卡住。",
            "decide": "可以判定的产物",
            "stuck": "{n} 个 Rank 中有 {s} 个永远无法推进。",
            "waiting": "{n} 个 Rank 中有 {w} 个在等待其他 Rank。",

@@ -1,11 +1,12 @@
 """Waiting on a rank is progress only while that rank is seen at work.
 
 One snapshot of ranks waiting for a rank that computes is ordinary progress
-(`healthy`, at medium confidence). A rank nothing describes, or one that only
+(`healthy`, at medium confidence). A rank nothing describes, one that only
 torch's Gloo Flight Recorder places (its calls all completed, and it records
-no send or recv), is not seen at work: it may be blocked in an unrecorded
-call, or gone. Waits that end only at such ranks are `inconclusive`, naming
-what would decide them, never `healthy`. Real dumps of corpus captures."""
+no send or recv), or one whose stack dump states its main thread idle (not
+running), is not seen at work: it may be blocked, or gone. Waits that end
+only at such ranks are `inconclusive`, naming what would decide them, never
+`healthy`. Real dumps of corpus captures."""
 
 import shutil
 
@@ -52,14 +53,33 @@ def test_a_rank_only_the_pid_map_names_is_not_seen_at_work(tmp_path):
     assert "wait for rank 2, which no artifact shows at work" in report.root_cause.narrative["en"]
 
 
-def test_the_same_wait_on_a_rank_whose_stack_shows_it_computing_is_progress(tmp_path):
-    """The boundary: rank 2's own py-spy dump shows it in its training step."""
-    folder = _copy(tmp_path, SIGKILL, "fr_after_error", "pid_map.json", "rank2.pyspy.txt")
+def test_a_rank_whose_dump_shows_its_thread_idle_is_not_seen_at_work(tmp_path):
+    """Rank 2's own py-spy dump: its main thread in its training step, `(idle)`: not running (it sleeps between
+    slow steps until it is killed). Read as computing, yet nothing shows it at work."""
+    folder = _copy(tmp_path, SIGKILL, "rank0.pyspy.txt", "rank1.pyspy.txt", "rank2.pyspy.txt", "pid_map.json")
     report = _analyze(folder)
-    assert report.incident.ranks[2].activity == "computing"
+    assert report.incident.ranks[2].activity == "computing" and report.analysis.sinks == [2]
+    assert report.verdict == "inconclusive"
+    assert report.confidence.missing[0].startswith("a second stack dump of rank 2 a minute later")
+    assert "its stack dump shows it idle" in report.root_cause.narrative["en"]
+    assert "栈 dump 显示它处于空闲" in report.root_cause.narrative["zh"]
+    # Known to be stuck, it is the one the others wait for.
+    hung = _analyze(folder, hung=True)
+    assert hung.verdict == "missing_rank" and hung.culprit_ranks == [2]
+
+
+def test_the_same_wait_on_a_rank_whose_thread_runs_is_progress(tmp_path):
+    """The boundary: the same dumps, rank 2's thread stated running (`active`): one snapshot of ranks waiting on
+    a rank at work is ordinary progress."""
+    folder = _copy(tmp_path, SIGKILL, "rank0.pyspy.txt", "rank1.pyspy.txt", "rank2.pyspy.txt", "pid_map.json")
+    dump = folder / "rank2.pyspy.txt"
+    text = dump.read_text(encoding="utf-8")
+    assert text.count('(idle): "MainThread"') == 1
+    dump.write_text(text.replace('(idle): "MainThread"', '(active): "MainThread"'), encoding="utf-8")
+    report = _analyze(folder)
     assert report.verdict == "healthy" and report.confidence.level == "medium"
     (info,) = [f for f in report.findings if f.rule == "waiting-on-progressing-rank"]
     assert "normal progress" in info.message
-    # Known to be stuck, the rank at work is the one the others wait for.
-    hung = _analyze(folder, hung=True)
-    assert hung.verdict == "missing_rank" and hung.culprit_ranks == [2]
+    # Flight Recorder dumps of ranks 0 and 1 beside it do not change that.
+    shutil.copytree(SIGKILL / "fr_after_error", folder / "fr_after_error")
+    assert _analyze(folder).verdict == "healthy"
