@@ -11,6 +11,8 @@ from forensics.ingest import workers
 pytestmark = pytest.mark.skipif(not workers.available(), reason="no fork on this platform")
 
 
+@pytest.mark.skipif(getattr(workers.fcntl, "F_SETPIPE_SZ", None) is None,
+                    reason="pipes cannot be grown on this platform (Linux only)")
 def test_a_big_result_does_not_hold_the_worker_while_the_parent_is_busy(tmp_path):
     marker = tmp_path / "second task started"
     big = 300_000  # bytes of result: more than a default pipe holds, less than the grown one
