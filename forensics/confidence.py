@@ -29,14 +29,18 @@ def awaited_unseen(incident, analysis) -> list[int]:
     all of those calls completed; or their stack dump shows the main thread
     idle (py-spy: not running, asleep or waiting on a lock, a queue or I/O
     that no dump shows), wherever in the job's code it is. Each may be
-    blocked, or gone: whether the wait resolves is not seen. Empty when any
+    blocked, or gone: whether the wait resolves is not seen. A rank blocked
+    in a call whose own waits cannot be drawn (its group's members are not
+    stated) is not seen at work either. Empty when any
     awaited rank is seen at work (a thread running, or records of every
     call, all completed, that place it between calls)."""
     silent = set(silent_ranks(incident))
     sinks = [r for r in analysis.sinks if isinstance(r, int)]
     unseen = [r for r in sinks if r not in incident.ranks or r in silent
               or (incident.ranks[r].activity == UNKNOWN and incident.ranks[r].unrecorded)
-              or idle_in_its_dump(incident.ranks[r])]
+              or idle_in_its_dump(incident.ranks[r])
+              # blocked in a call whose waits cannot be drawn (a group whose members nothing lists)
+              or incident.ranks[r].is_blocked]
     return sorted(unseen) if sinks and len(unseen) == len(sinks) else []
 
 

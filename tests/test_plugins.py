@@ -445,7 +445,8 @@ def test_the_command_forks_its_parsers_before_importing_rules_and_analysis(tmp_p
     import subprocess
 
     incident = CORPUS / "real_missing_rank_early_exit_fr"
-    result = subprocess.run([sys.executable, "-c", FORK_SPY, "analyze", str(incident), "-f", "json", "--jobs", "2"],
+    result = subprocess.run([sys.executable, "-c", FORK_SPY, "analyze", str(incident), "-f", "json", "--jobs", "2",
+                             "--hung"],
                             capture_output=True, text=True, timeout=120, cwd=tmp_path,
                             env={**os.environ, "FORENSICS_DISABLE_PLUGIN_AUTOLOAD": "1"})
     spied = json.loads(result.stderr.strip().splitlines()[-1])

@@ -400,7 +400,9 @@ def _same_call(a: m.CommOp | None, b: m.CommOp | None) -> m.CommOp | None:
     op or neither knows more."""
     if a is None or b is None or a.op != b.op:
         return None
-    dump, told = (b, a) if not b.group_known or b.seq is None else (a, b)
+    if b.group_known and b.seq is not None:
+        return None  # the newer view knows the call's place itself: it stands
+    dump, told = b, a
     if told.group_known and (dump.group_known and dump.group != told.group):
         return None  # two groups: two calls
     if not told.group_known and told.seq is None:
