@@ -105,6 +105,8 @@ class _Schema:
         origin, args = typing.get_origin(hint), typing.get_args(hint)
         if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
             return ("union", tuple(self._spec(a, pending) for a in args))
+        if hint is tuple:  # a bare `tuple` annotation: any items
+            return ("tuple", ("any",))
         if origin is tuple:
             if len(args) == 2 and args[1] is Ellipsis:
                 return ("tuple", self._spec(args[0], pending))
