@@ -69,8 +69,9 @@ def write_odd_one(folder, world, items, status, odd_rank, odd):
 @pytest.mark.parametrize("form", ["fr", "fr_json"])
 def test_real_early_exit_from_flight_recorder_alone_is_a_missing_rank(form):
     """Ranks 0-2 in all_reduce #4 on the default group; rank 3 completed #3,
-    left the loop and waits in barrier #1 on the ckpt group: a cross-group
-    wait 0 → 3 → 0, whose cause is rank 3 — as the stack dumps say."""
+    left the loop and waits in barrier #1 on the ckpt group, whose members no
+    dump lists: rank 3 is the cause, as the stack dumps say, and no cycle
+    through the ckpt group is claimed (its members are not stated)."""
     report = analyze(EARLY_EXIT / form)
     with_stacks = analyze(EARLY_EXIT)
     assert (report.verdict, report.culprit_ranks) == (with_stacks.verdict, with_stacks.culprit_ranks) \
@@ -78,14 +79,12 @@ def test_real_early_exit_from_flight_recorder_alone_is_a_missing_rank(form):
     assert report.cycles == []
     lead = report.root_cause.finding
     assert lead.rule == "missing-rank" and lead.ranks == (3,)
-    assert "cross-group wait (0 → 3 → 0)" in lead.message and "never entered" in lead.message
-    assert "跨通信组的等待（0 → 3 → 0）" in lead.message_zh
-    cycle = by_rule(report)["wait-for-cycle"]
-    assert [(f.severity, f.ranks) for f in cycle] == [("warning", (0, 1, 2, 3))]  # still stated, not the cause
-    assert "0 → 3 → 0" in report.root_cause.narrative["en"]
+    assert "left the loop early" in lead.message and "never entered" in lead.message
+    assert "提前离开了循环" in lead.message_zh
+    assert "wait-for-cycle" not in by_rule(report)
     assert [s.kind for s in report.decided_by] == ["cli_hung"]
-    # a knot is stuck by itself: no --hung needed
-    assert analyze(EARLY_EXIT / form, hung=False).verdict == "missing_rank"
+    # without --hung, rank 3 is blocked in a call whose waits cannot be drawn: not healthy, not decided
+    assert analyze(EARLY_EXIT / form, hung=False).verdict == "inconclusive"
 
 
 def test_real_early_exit_dumps_name_no_members():
@@ -261,8 +260,8 @@ def test_real_stuck_frames_in_text_and_json_reports():
     data = json.loads(render(report, "json"))
     cited = {(f["rule"], e["path"], e["text"]) for f in data["findings"] for e in f["evidence"]}
     assert ("missing-rank", "nccl_trace_rank_3", SAVE_CHECKPOINT) in cited
-    # the cycle names every rank: each one's own frames
-    assert ("wait-for-cycle", "nccl_trace_rank_0", "#2 sync_gradients from /srv/job/train.py:206") in cited
+    # the waiting ranks are cited by the entry they wait in
+    assert ("missing-rank", "nccl_trace_rank_0", "entry record_id=3 pg=0 seq=4 gloo:all_reduce scheduled") in cited
     # JSON dumps carry no frames, so none are cited
     data = json.loads(render(analyze(EARLY_EXIT / "fr_json"), "json"))
     assert not [e for f in data["findings"] for e in f["evidence"] if e["text"].startswith("#")]
