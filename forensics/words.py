@@ -53,7 +53,7 @@ STUCK = {
         "collect_busy.busy": "rank {rank} kept busy in {busy_in}",
         "collect_busy.sep": "; ",
         "collect_still": "rank {waiting} waited in {call} for {seconds} without moving{window}",
-        "collect.window": " (forensics collect, {span}; stuck after {threshold} s: {source})",
+        "collect.window": " ({by}, {span}; stuck after {threshold} s: {source})",
         "collect.span": "{rounds} rounds over {span_s} s",
         "collect.span_unknown": "its rounds",
         # how forensics collect states a threshold taken from the job's timeout (its `stuck_after_from`)
@@ -90,7 +90,7 @@ STUCK = {
         "collect_busy.busy": "Rank {rank} 一直忙于 {busy_in}",
         "collect_busy.sep": "；",
         "collect_still": "Rank {waiting} 在 {call} 中等待了 {seconds}，位置没有变化{window}",
-        "collect.window": "（forensics collect，{span}；超过 {threshold} 秒即视为卡住：{source}）",
+        "collect.window": "（{by}，{span}；超过 {threshold} 秒即视为卡住：{source}）",
         "collect.span": "{rounds} 轮，共 {span_s:g} 秒",
         "collect.span_unknown": "各轮",
         "collect.half_timeout": "集合通信超时（{timeout} 秒）的一半",
@@ -153,7 +153,8 @@ def _collect(t: dict, p: dict, lang: str, key: str) -> str:
     half = _HALF_TIMEOUT.fullmatch(p["source"])
     source = t["collect.half_timeout"].format(timeout=half.group(1)) if half \
         else STUCK_SOURCES[lang].get(p["source"], p["source"])
-    window = t["collect.window"].format(span=span, threshold=f"{p['threshold']:g}", source=source)
+    window = t["collect.window"].format(by=p.get("by") or "forensics collect", span=span,
+                                        threshold=f"{p['threshold']:g}", source=source)
     if p.get("suspects"):
         where = t["collect_busy.sep"].join(
             t["collect_busy.idle" if idle else "collect_busy.busy"].format(rank=rank, busy_in=busy_in)

@@ -74,3 +74,12 @@ def test_no_renderer_picks_a_language_inline():
     found = [f"{path.name}:{number}" for path in sorted((ROOT / "forensics" / "report").glob("*.py"))
              for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if inline.search(line)]
     assert found == []
+
+
+def test_a_window_watch_wrote_is_said_to_be_watchs():
+    facts = {"waiting": (0, 2), "call": "all_reduce", "seconds": 5.04, "threshold": 4.0, "source": "--stuck-after",
+             "rounds": 3, "span_s": 5.0, "suspects": ((1, False, "_decode_record (train_stalls.py:60)"),)}
+    assert "(forensics collect, 3 rounds over 5.0 s" in say_stuck("collect_busy", facts, "en")
+    watched = say_stuck("collect_busy", {**facts, "by": "forensics watch"}, "en")
+    assert watched.endswith("(forensics watch, 3 rounds over 5.0 s; stuck after 4 s: --stuck-after)")
+    assert "（forensics watch，3 轮" in say_stuck("collect_busy", {**facts, "by": "forensics watch"}, "zh")

@@ -120,9 +120,12 @@ def _judge(facts: Facts, data: dict, entries: dict, span: str, rounds: dict, tex
     seconds = f"{window:g} s"
     if window >= threshold:
         busy = tuple((r, entries[r].get("idle") is True, _text(entries[r]["busy_in"])) for r in suspects)
+        written_by = _text(data.get("written_by"))
+        by = written_by if written_by in ("forensics collect", "forensics watch") else "forensics collect"
         facts.stuck.append(stuck_signal(
             "no_progress", "collect_busy" if busy else "collect_still", evidence, suspects=busy,
-            waiting=tuple(waiting), call=call, seconds=window, threshold=threshold, source=source, **rounds))
+            waiting=tuple(waiting), call=call, seconds=window, threshold=threshold, source=source, by=by,
+            **rounds))
         return
     again = math.ceil(threshold - window)
     interval = math.ceil(threshold / 2)
