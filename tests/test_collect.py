@@ -169,7 +169,8 @@ def test_a_missing_rank_is_stuck_by_snapshots_without_hung(job_factory, tmp_path
     time.sleep(3)
     proc, seconds = _collect(tmp_path / "one", "--job", str(job.port), "--analyze", "-f", "json")
     single = json.loads(proc.stdout)
-    assert single["verdict"] == "healthy", single["verdict"]  # one round: not known stuck
+    # one round: not known stuck; rank 2's main thread is idle in its loader's queue, so not seen at work either
+    assert single["verdict"] == "inconclusive", single["verdict"]
     # ranks 0, 1, 3 keep their place in all_reduce through the rounds: stuck once the window passes --stuck-after
     proc, _ = _collect(tmp_path / "three", "--job", str(job.port), "--snapshots", "3", "--interval", "2",
                        "--stuck-after", "2", "--analyze", "-f", "json")
