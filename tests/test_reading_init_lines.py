@@ -177,3 +177,44 @@ def test_a_line_two_readers_quote_is_one_line_with_its_process(tmp_path, small_b
     report = analyze(str(tmp_path), jobs=1, plugins=Plugins(autoload=False))
     hits = [hit for hit in report.incident.messages if hit.id == "nccl-ib-completion-error"]
     assert [(hit.evidence.line, hit.rank) for hit in hits] == [(-3, 1)]
+
+
+def test_a_progress_bar_s_carriage_returns_do_not_shift_the_numbers(tmp_path, small_big_files):
+    """`\\r` inside a line (a progress bar redrawn) is not a line break for
+    `tail -n` or the NCCL reader: the c10d reader numbers the WARN before it
+    at the same number from the end."""
+    path = tmp_path / "node0_stderr.log"
+    bar = "\r".join(f"step {i}/100 |{'#' * (i // 10)}" for i in range(0, 100, 7))
+    lines = training(textio.BIG_TEXT) + init_lines() + [WARN, bar] + WATCHDOG.splitlines()
+    data = ("\n".join(lines) + "\n").encode()
+    path.write_bytes(data)
+    by_nccl, by_c10d = nccl.parse(str(path), path.name), torchlog.parse(str(path), path.name)
+
+    def cited(facts):
+        return {hit.evidence.line for hit in facts.messages if hit.id == "nccl-ib-completion-error"}
+
+    assert cited(by_nccl) == cited(by_c10d) == {-4}
+
+
+def test_the_line_across_the_head_and_a_tail_that_reaches_it_is_read(tmp_path, small_big_files):
+    """A file just past the big size whose tail reaches back to the head: the
+    line that straddles the head's end is read whole, not dropped by both."""
+    path = tmp_path / "rank1.log"
+    head = training(textio.BIG_TEXT_HEAD)
+    filler = ("\n".join(head) + "\n").encode()
+    straddle = len(filler) - (textio.BIG_TEXT_HEAD - 40)  # the watchdog line starts 40 bytes before the head ends
+    data = filler[:-straddle] if straddle > 0 else filler
+    data = data[:data.rfind(b"\n") + 1]
+    pad = textio.BIG_TEXT_HEAD - 40 - len(data)
+    data += (b"x" * max(pad - 1, 0)) + b"\n"
+    watchdog = ("[rank1]:[E1018 15:43:10.121004519 ProcessGroupNCCL.cpp:616] [Rank 1] Watchdog caught collective "
+                "operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=60000) "
+                "ran for 60043 milliseconds before timing out.\n").encode()
+    assert len(data) < textio.BIG_TEXT_HEAD < len(data) + len(watchdog)
+    rest = ("\n".join(training(torchlog.BIG_FILE)) + "\n").encode()
+    body = data + watchdog + rest
+    path.write_bytes(body)
+    assert torchlog.BIG_FILE < len(body) <= textio.BIG_TEXT_HEAD + torchlog.BIG_TAIL * 16
+    facts = torchlog.parse(str(path), path.name)
+    assert any(op.seq == 9 for record in facts.records for op in ([record.last_op] if record.last_op else [])), \
+        [r.last_op for r in facts.records]

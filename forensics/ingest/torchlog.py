@@ -77,7 +77,8 @@ from .cache import BoundedCache as _Cache
 from .grammar import parser
 from .attribution import path_rank, section_header
 from ..ranges import compact
-from .textio import STREAM_ERRORS, InputError, compression, file_size, has_nul, lines_with, looks_binary, open_binary
+from .textio import (BIG_TEXT, BIG_TEXT_HEAD, STREAM_ERRORS, InputError, compression, file_size, has_nul, lines_with,
+                     looks_binary, open_binary)
 
 KIND = "torch-log"
 SOURCE = "torch"
@@ -166,8 +167,9 @@ def _crash_report(head: bytes) -> bool:
             or b"terminate called after throwing an instance of 'c10::" in head)
 
 
-BIG_FILE = 16 << 20    # a plain log larger than this is read as its head and its tail
-BIG_HEAD = 256 << 10   # init lines: the job's ranks, groups, hosts
+# A plain log larger than BIG_FILE is read as its head (BIG_HEAD: init lines, the job's ranks,
+# groups, hosts) and its tail, numbered as every reader numbers a big file (textio.cited_head_lines).
+BIG_FILE, BIG_HEAD = BIG_TEXT, BIG_TEXT_HEAD
 BIG_TAIL = 256 << 10   # where it stopped: timeouts, desync reports, exceptions, exits; grown while
 BIG_TAIL_MOST = 16 << 20  # it holds nothing of c10d's (a console whose last hours are NCCL INFO lines)
 # What marks a c10d line or block: a big log's tail grows until it holds one, and the scan
@@ -242,31 +244,47 @@ def _ends(path: str, display: str, facts: Facts, size: int):
     two ends, whatever its size."""
     try:
         with open_binary(path) as handle:
-            head = handle.read(BIG_HEAD)
+            raw = handle.read(BIG_HEAD)
+            head = raw[:raw.rfind(b"\n") + 1]  # whole lines only, numbered from 1
             want = BIG_TAIL
             while True:
-                handle.seek(max(len(head), size - want))
+                start = max(len(raw), size - want)
+                handle.seek(start - 1)
+                before = handle.read(1)
                 tail = handle.read(want)
-                if want >= BIG_TAIL_MOST or len(head) + len(tail) >= size \
+                if want >= BIG_TAIL_MOST or len(raw) + len(tail) >= size \
                         or any(mark in tail for mark in _C10D_MARKS):
                     break
                 want *= 4
     except STREAM_ERRORS as exc:
         raise InputError(display, f"cannot read: {exc.__class__.__name__}: {exc}"[:200]) from None
-    head = head[:head.rfind(b"\n") + 1]
-    tail = tail[tail.find(b"\n") + 1:]
+    if start == len(raw):
+        tail = raw[len(head):] + tail  # the tail reaches the head: the line across the two is whole
+    elif before != b"\n":
+        tail = tail[tail.find(b"\n") + 1:]  # begun mid-line: that line's end only
     facts.diag(0, f"{size - len(head) - len(tail):,} bytes between this log's first {len(head) >> 10:,} KiB and "
                   f"its last {len(tail) >> 10:,} KiB were not read by the c10d reader (lines of the tail are "
                   f"numbered back from the end, -1 being the last)", "info")
-    for number, data in enumerate(head.splitlines(keepends=True), 1):
+    for number, data in enumerate(_newline_lines(head), 1):
         facts.lines_read += 1
         if b" NCCL INFO " not in data:
             yield number, data if len(data) <= MAX_LINE else None
-    lines = tail.splitlines(keepends=True)
+    lines = _newline_lines(tail)
     for number, data in enumerate(lines, -len(lines)):
         facts.lines_read += 1
         if b" NCCL INFO " not in data:
             yield number, data if len(data) <= MAX_LINE else None
+
+
+def _newline_lines(data: bytes) -> list[bytes]:
+    """`data`'s lines split at "\\n" only, as `tail -n` and the NCCL reader
+    count them (a progress bar's "\\r" is inside a line, not a line break)."""
+    lines = data.split(b"\n")
+    last = lines.pop()
+    out = [line + b"\n" for line in lines]
+    if last:
+        out.append(last)
+    return out
 
 
 # ---------------------------------------------------------------- masking
