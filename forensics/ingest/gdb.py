@@ -168,7 +168,7 @@ class _Record(NamedTuple):
 _UNRECOGNIZED = _Record("unrecognized")
 
 
-class _Records:
+class _GdbTransformer:
     """Turns each parsed line into a `_Record`; lark applies it while parsing."""
 
     def start(self, children):
@@ -248,7 +248,7 @@ def _record(line: str) -> _Record:
     record = _RECORDS.get(line)
     if record is None:
         try:
-            record = parser(KIND, "start", _Records).parse(line)
+            record = parser(KIND, "start", _GdbTransformer).parse(line)
         except lazy.lark.exceptions.LarkError:
             record = _UNRECOGNIZED
         _RECORDS.put(line, record)

@@ -764,7 +764,7 @@ def _pointer_hits(chunk: bytes, by_comm: dict) -> Iterator[tuple[int, bytes]]:
 
 # ------------------------------------------------------------------ records
 
-class _Val(NamedTuple):
+class _Value(NamedTuple):
     """A token of the masked message: where it starts, its text."""
 
     pos: int
@@ -778,7 +778,7 @@ class _Tag(NamedTuple):
     values: tuple
 
 
-class _Tpl(NamedTuple):
+class _Template(NamedTuple):
     """Masked text whose NULs are the numbers from `first` on."""
 
     text: str
@@ -787,18 +787,18 @@ class _Tpl(NamedTuple):
 
 class _Record(NamedTuple):
     """What a message is. Fields map a name to a reference: an int is the
-    index of a masked number, a str a constant, a _Tpl text with numbers;
+    index of a masked number, a str a constant, a _Template text with numbers;
     tuples hold references."""
 
     kind: str
     fields: dict
 
 
-def _val(item) -> _Val:
-    return item if isinstance(item, _Val) else _Val(item.start_pos, str(item))
+def _val(item) -> _Value:
+    return item if isinstance(item, _Value) else _Value(item.start_pos, str(item))
 
 
-class _Records:
+class _NcclTransformer:
     """Each start rule becomes a `_Record`; lark applies this while parsing,
     so no tree is built and no token leaves this class."""
 
@@ -863,7 +863,7 @@ class _Records:
     def comm_event(self, c):
         fields, numbers = {}, []
         for item in c:
-            if isinstance(item, _Val):
+            if isinstance(item, _Value):
                 fields["comm"] = item
             elif isinstance(item, _Tag):
                 if item.name == "split":
@@ -992,7 +992,7 @@ def _record(rule: str, masked: bytes) -> _Record | None:
     if record is None:
         text = _RULE_SELECT[rule] + masked.decode("utf-8", "replace")
         try:
-            parsed = parser(KIND, "start", _Records).parse(text)
+            parsed = parser(KIND, "start", _NcclTransformer).parse(text)
             record = _Record(parsed.kind, {name: _refs(value, text) for name, value in parsed.fields.items()})
         except (lazy.lark.exceptions.LarkError, ValueError, TypeError, AttributeError, IndexError):
             record = _BAD
@@ -1004,11 +1004,11 @@ def _refs(value, text: str):
     """A transformer value as references to the masked numbers (see _Record)."""
     if value is None or isinstance(value, str):
         return value
-    if isinstance(value, _Val):
+    if isinstance(value, _Value):
         if value.text == "\x00":
             return text.count("\x00", 0, value.pos)
         if "\x00" in value.text:
-            return _Tpl(value.text, text.count("\x00", 0, value.pos))
+            return _Template(value.text, text.count("\x00", 0, value.pos))
         return value.text
     return tuple(_refs(item, text) for item in value)
 
@@ -1016,7 +1016,7 @@ def _refs(value, text: str):
 def _fill(ref, values: list[str]):
     if isinstance(ref, int):
         return values[ref]
-    if isinstance(ref, _Tpl):
+    if isinstance(ref, _Template):
         parts = ref.text.split("\x00")
         out = [parts[0]]
         for index, part in enumerate(parts[1:]):

@@ -322,7 +322,7 @@ class _Text:
 
 # ---------------------------------------------------------------- parsing records
 
-class _Ev(NamedTuple):
+class _Event(NamedTuple):
     """One thing a record says. `at` is a position in the masked record
     (a line index once the template is built); `data` holds masked-text
     spans (start, end) and tagged tuples of them; `pg` is the PG prefix the
@@ -357,17 +357,17 @@ def _at(children) -> int:
     for child in children:
         if isinstance(child, lazy.lark.Token):
             return child.start_pos
-        if isinstance(child, _Ev):
+        if isinstance(child, _Event):
             return child.at
         if isinstance(child, list) and child:
             return child[0].at
     return -1
 
 
-def _events(children) -> list[_Ev]:
-    out: list[_Ev] = []
+def _events(children) -> list[_Event]:
+    out: list[_Event] = []
     for child in children:
-        if isinstance(child, _Ev):
+        if isinstance(child, _Event):
             out.append(child)
         elif isinstance(child, list):
             out.extend(child)
@@ -391,12 +391,12 @@ def _text_ref(children):
 def _event(kind):
     """A transformer callback for a rule that states one event, and what it nests."""
     def callback(self, children):
-        return [_Ev(kind, _at(children))] + _events(children)
+        return [_Event(kind, _at(children))] + _events(children)
     return callback
 
 
-class _Records:
-    """Builds a record's template (a tuple of `_Ev`) while lark parses."""
+class _C10dTransformer:
+    """Builds a record's template (a tuple of `_Event`) while lark parses."""
 
     # -- values
     def shape(self, c):
@@ -466,7 +466,7 @@ class _Records:
         if context is None:
             return events
         pg = context[1:4]
-        out = [_Ev("pg", context[4], (), pg)]
+        out = [_Event("pg", context[4], (), pg)]
         for ev in events:
             if ev.pg is None:
                 ev = ev._replace(pg=pg)
@@ -478,7 +478,7 @@ class _Records:
     # -- records
     def c10_record(self, c):
         head = c[0]
-        return [_Ev("c10", head.start_pos, (head.value[1],))] + _events(c)
+        return [_Event("c10", head.start_pos, (head.value[1],))] + _events(c)
 
     def log_record(self, c):
         head = c[0]
@@ -493,7 +493,7 @@ class _Records:
             source = (head.start_pos + where.start(group), head.start_pos + where.end(group))
             if where.group("pid") is not None:
                 pid = (head.start_pos + where.start("pid"), head.start_pos + where.end("pid"))
-        return [_Ev("log", head.start_pos, (level, source, pid))] + _events(c)
+        return [_Event("log", head.start_pos, (level, source, pid))] + _events(c)
 
     traceback = _event("traceback")
     terminate = _event("terminate")
@@ -501,114 +501,114 @@ class _Records:
 
     def exception(self, c):
         name = c[0]
-        return [_Ev("exception", name.start_pos, (_ref(name),))] + _events(c)
+        return [_Event("exception", name.start_pos, (_ref(name),))] + _events(c)
 
     # -- c10d events
     def watchdog_timeout(self, c):
-        return [_Ev("timeout", _at(c), (_tagged(c, "work"), _num(c)))]
+        return [_Event("timeout", _at(c), (_tagged(c, "work"), _num(c)))]
 
     def failure_detected(self, c):
-        return [_Ev("failure", _at(c), (_num(c, 0), _num(c, 1), _num(c, 2)))]
+        return [_Event("failure", _at(c), (_num(c, 0), _num(c, 1), _num(c, 2)))]
 
     def old_failure(self, c):
         counters = _tagged(c, "counters")
-        return [_Ev("failure", _at(c), (_num(c, 0), counters[1], counters[2]))]
+        return [_Event("failure", _at(c), (_num(c, 0), counters[1], counters[2]))]
 
     def periodic(self, c):
         counters = _tagged(c, "counters")
-        return [_Ev("progress", _at(c), (counters[1], counters[2]))]
+        return [_Event("progress", _at(c), (counters[1], counters[2]))]
 
     def dump_signal(self, c):
         counters = _tagged(c, "counters")
         source = _tagged(c, "from")
-        return [_Ev("dump_signal", _at(c), (source[1] if source else None, counters[1], counters[2]))]
+        return [_Event("dump_signal", _at(c), (source[1] if source else None, counters[1], counters[2]))]
 
     def watchdog_hang(self, c):
-        return [_Ev("watchdog_hang", _at(c), (_num(c),))]
+        return [_Event("watchdog_hang", _at(c), (_num(c),))]
 
     def terminating(self, c):
-        return [_Ev("terminating", _at(c), (_text_ref(c),))]
+        return [_Event("terminating", _at(c), (_text_ref(c),))]
 
     watchdog_exit = _event("watchdog_exit")
     process_down = _event("process_down")
 
     def async_error(self, c):
-        return [_Ev("async_error", _at(c), (_tagged(c, "work"),))] + _events(c)
+        return [_Event("async_error", _at(c), (_tagged(c, "work"),))] + _events(c)
 
     def blocking_wait(self, c):
-        return [_Ev("blocking_wait", _at(c), (_tagged(c, "work"),))]
+        return [_Event("blocking_wait", _at(c), (_tagged(c, "work"),))]
 
     def remote_error(self, c):
-        return [_Ev("remote_error", _at(c), (_num(c),))]
+        return [_Event("remote_error", _at(c), (_num(c),))]
 
     # -- DETAIL
     def running(self, c):
-        return [_Ev("running", _at(c), (_tagged(c, "fp"),))]
+        return [_Event("running", _at(c), (_tagged(c, "fp"),))]
 
     def mismatch(self, c):
         prints = [x for x in c if isinstance(x, tuple) and x[0] == "fp"]
-        return [_Ev("mismatch", _at(c), (_num(c, 0), prints[0], _num(c, 1), prints[1]))]
+        return [_Event("mismatch", _at(c), (_num(c, 0), prints[0], _num(c, 1), prints[1]))]
 
     def wrapper_barrier(self, c):
-        return [_Ev("wrapper_barrier", _at(c), (_tagged(c, "fp"),))]
+        return [_Event("wrapper_barrier", _at(c), (_tagged(c, "fp"),))]
 
     # -- monitored barrier
     def barrier_failed(self, c):
         listed = _tagged(c, "ranks")
         if listed is not None:
-            return [_Ev("barrier_failed", _at(c), (listed[1], _num(c)))]
-        return [_Ev("barrier_failed", _at(c), ((_num(c, 0),), _num(c, 1)))]
+            return [_Event("barrier_failed", _at(c), (listed[1], _num(c)))]
+        return [_Event("barrier_failed", _at(c), ((_num(c, 0),), _num(c, 1)))]
 
     def barrier_peer_error(self, c):
-        return [_Ev("barrier_peer_error", _at(c), (_num(c),))]
+        return [_Event("barrier_peer_error", _at(c), (_num(c),))]
 
     def barrier_timeout(self, c):
-        return [_Ev("barrier_timeout", _at(c), (_num(c, 0), _num(c, 1)))]
+        return [_Event("barrier_timeout", _at(c), (_num(c, 0), _num(c, 1)))]
 
     # -- desync report
     def desync_timeout(self, c):
-        return [_Ev("desync_timeout", _at(c), (_num(c, 0), _ref(_token(c, "OPNAME")), _num(c, 1)))]
+        return [_Event("desync_timeout", _at(c), (_num(c, 0), _ref(_token(c, "OPNAME")), _num(c, 1)))]
 
     def desync_missing(self, c):
-        return [_Ev("desync_missing", _at(c), (_tagged(c, "ranks")[1],))]
+        return [_Event("desync_missing", _at(c), (_tagged(c, "ranks")[1],))]
 
     def desync_joined(self, c):
-        return [_Ev("desync_joined", _at(c), (_tagged(c, "ranks")[1], _num(c, 0)))]
+        return [_Event("desync_joined", _at(c), (_tagged(c, "ranks")[1], _num(c, 0)))]
 
     def desync_finished(self, c):
-        return [_Ev("desync_finished", _at(c), (_tagged(c, "ranks")[1], _num(c, 0)))]
+        return [_Event("desync_finished", _at(c), (_tagged(c, "ranks")[1], _num(c, 0)))]
 
     def desync_snapshot_head(self, c):
         head = c[0]
         verb = "started" if "started" in head.value else "finished"
         digits = len(head.value[1:].split(" ", 1)[0])
-        return [_Ev("desync_snapshot_head", head.start_pos,
+        return [_Event("desync_snapshot_head", head.start_pos,
                     ((head.start_pos + 1, head.start_pos + 1 + digits), verb))]
 
     def desync_snapshot(self, c):
         verb = _token(c, "SNAPSHOT_VERB").value
-        return [_Ev("desync_snapshot", _at(c), (_tagged(c, "ranks")[1], verb, _ref(_token(c, "OPNAME"))))]
+        return [_Event("desync_snapshot", _at(c), (_tagged(c, "ranks")[1], verb, _ref(_token(c, "OPNAME"))))]
 
     # -- Gloo
     def gloo_timeout(self, c):
-        return [_Ev("gloo_timeout", _at(c), (_num(c), _token(c, "GLOO_DIRECTION").value))]
+        return [_Event("gloo_timeout", _at(c), (_num(c), _token(c, "GLOO_DIRECTION").value))]
 
     def gloo_peer_error(self, c):
-        return [_Ev("gloo_error", _at(c), ())]
+        return [_Event("gloo_error", _at(c), ())]
 
     def gloo_error(self, c):
-        return [_Ev("gloo_error", _at(c), ())]
+        return [_Event("gloo_error", _at(c), ())]
 
     # -- launcher
     def child_failed(self, c):
-        return [_Ev("child_failed", _at(c), (_num(c, 0), _num(c, 1), _num(c, 2)))]
+        return [_Event("child_failed", _at(c), (_num(c, 0), _num(c, 1), _num(c, 2)))]
 
     def child_signalled(self, c):
-        return [_Ev("child_signalled", _at(c), (_num(c), _token(c, "SIGNAL").value))]
+        return [_Event("child_signalled", _at(c), (_num(c), _token(c, "SIGNAL").value))]
 
     def summary_entry(self, c):
         fields = tuple(x for x in c if isinstance(x, tuple))
-        return [_Ev("entry", c[0].start_pos, fields)]
+        return [_Event("entry", c[0].start_pos, fields)]
 
     # Entry fields start with their line's newline: their position is the field name's.
     def entry_host(self, c):
@@ -651,12 +651,12 @@ _TEMPLATES = _Cache(32 << 20)
 
 
 def _template(masked: str):
-    """The events a masked record states, as a tuple of `_Ev` whose `at`
+    """The events a masked record states, as a tuple of `_Event` whose `at`
     is a line index within the record; or `_Unreadable`."""
     found = _TEMPLATES.get(masked)
     if found is None:
         try:
-            events = parser(GRAMMAR, "start", _Records).parse(masked)
+            events = parser(GRAMMAR, "start", _C10dTransformer).parse(masked)
             found = tuple(ev._replace(at=masked.count("\n", 0, ev.at) if ev.at > 0 else 0) for ev in events)
         except lazy.lark.exceptions.UnexpectedInput as exc:
             line = max(0, (getattr(exc, "line", 1) or 1) - 1)
@@ -692,7 +692,7 @@ def _stops_short(exc, masked: str) -> bool:
 
 @functools.lru_cache(maxsize=1)
 def _literals() -> dict[str, str]:
-    return {t.name: t.pattern.value for t in parser(GRAMMAR, "start", _Records).terminals
+    return {t.name: t.pattern.value for t in parser(GRAMMAR, "start", _C10dTransformer).terminals
             if t.pattern.type == "str"}
 
 
@@ -766,7 +766,8 @@ _OWN_RANK = lazy.regex(
 # every version), its launch configs, and the world size c10d states.
 _LAUNCH_HINT = lazy.regex(r"_ranks=|group_rank=|world_sizes?=|restart_count=|WORLD_SIZE|"
                           r"initialization options: size|nproc_per_node|_nodes\s*:|joined round|"
-                          r"torchrun|torch\.distributed\.(?:run|launch)|--num[_-]processes|mpirun|horovodrun|\bmpiexec\b| closing signal ")
+                          r"torchrun|torch\.distributed\.(?:run|launch)|--num[_-]processes|mpirun|horovodrun|"
+                          r"\bmpiexec\b| closing signal ")
 _AGENT_FIELD = lazy.regex(r"\b(restart_count|group_rank|group_world_size|local_ranks|global_ranks|"
                           r"global_world_sizes)=(\[[\d,\s]*\]|\d{1,9}(?!\d))")
 _LAUNCH_FIELD = lazy.regex(r"\b(nproc_per_node|min_nodes|max_nodes)\s*:\s*(\d{1,7})\s*$")
@@ -1518,7 +1519,7 @@ class _Reader:
                 proc.evidence = record.evidence(self.display, 0)
             return
         try:
-            applied = _Apply(self, record, text, template)
+            applied = _TemplateRun(self, record, text, template)
             applied.run()
             if applied.owner != record.key:  # its hits belong to whom the record turned out to be
                 self.hit_keys[first_hit:] = [(index, applied.owner) for index, _ in self.hit_keys[first_hit:]]
@@ -1851,14 +1852,14 @@ class _Reader:
                              exit_code=child.exit_code, signal=signal, evidence=child.evidence)
 
 
-class _Apply:
+class _TemplateRun:
     """Applies one record's template to the reader's state."""
 
     def __init__(self, reader: _Reader, record: _Pending, text: _Text, template: tuple):
         self.reader, self.record, self.text, self.template = reader, record, text, template
         self.display = reader.display
         self.owner = record.key
-        self.desync: list[_Ev] = []
+        self.desync: list[_Event] = []
 
     def run(self) -> None:
         record, reader = self.record, self.reader
@@ -1920,14 +1921,14 @@ class _Apply:
         return None
 
     # -- helpers
-    def evidence(self, ev: _Ev) -> Evidence:
+    def evidence(self, ev: _Event) -> Evidence:
         return self.record.evidence(self.display, ev.at)
 
-    def line(self, ev: _Ev) -> int:
+    def line(self, ev: _Event) -> int:
         numbers = self.record.numbers
         return numbers[min(max(ev.at, 0), len(numbers) - 1)]
 
-    def group(self, ev: _Ev) -> str:
+    def group(self, ev: _Event) -> str:
         """The PG GUID of the message, else of the record (a desync report's
         lines belong to the line they follow), else the default group."""
         if ev.pg is not None and ev.pg[0] is not None:
@@ -1937,19 +1938,19 @@ class _Apply:
                 return self.text.get(other.pg[0]) or DEFAULT_GROUP
         return DEFAULT_GROUP
 
-    def has_guid(self, ev: _Ev) -> bool:
+    def has_guid(self, ev: _Event) -> bool:
         return ev.pg is not None and ev.pg[0] is not None
 
     def num(self, ref) -> int | None:
         return self.text.int(ref) if ref is not None else None
 
-    def peer_rank(self, ev: _Ev, ref) -> int | None:
+    def peer_rank(self, ev: _Event, ref) -> int | None:
         """A rank another rank's message names, as a global rank: ranks in
         messages are group-local, the same as global only in the default group."""
         rank = self.num(ref)
         return rank if self.group(ev) == DEFAULT_GROUP else None
 
-    def comm_op(self, fields, ev: _Ev, state="started", elapsed=None) -> CommOp | None:
+    def comm_op(self, fields, ev: _Event, state="started", elapsed=None) -> CommOp | None:
         if not fields:
             return None
         values: dict = {}
@@ -1981,14 +1982,14 @@ class _Apply:
         return f"{op.op} #{op.seq}" if op.seq is not None else op.op
 
     # -- events
-    def on_c10(self, ev: _Ev) -> None:
+    def on_c10(self, ev: _Event) -> None:
         self.proc.c10 = True
         if ev.data[0] == "F":
             self.proc.alive = False
             self.proc.signal = self.proc.signal or "SIGABRT"
             self.proc.error(self.evidence(ev))
 
-    def on_pg(self, ev: _Ev) -> None:
+    def on_pg(self, ev: _Event) -> None:
         """A PG GUID names a group; in the default group ("0") the
         group-local rank is the global rank."""
         guid = self.text.get(ev.pg[0]) if ev.pg[0] is not None else None
@@ -2009,7 +2010,7 @@ class _Apply:
                                    f"the default group calls this process rank {rank}, "
                                    f"its other lines rank {proc.rank}")
 
-    def on_timeout(self, ev: _Ev) -> None:
+    def on_timeout(self, ev: _Event) -> None:
         work, elapsed = ev.data
         op = self.comm_op(work, ev, elapsed=self.num(elapsed))
         if op is None:
@@ -2022,7 +2023,7 @@ class _Apply:
         self.reader.stuck(proc, "watchdog_timeout", "tl_past_timeout", self.evidence(ev), op=self.op_label(op),
                           elapsed_ms=op.elapsed_ms, timeout=timeout)
 
-    def on_failure(self, ev: _Ev) -> None:
+    def on_failure(self, ev: _Event) -> None:
         seq, enqueued, completed = (self.num(r) for r in ev.data)
         group = self.group(ev)
         proc = self.proc
@@ -2035,13 +2036,13 @@ class _Apply:
             proc.set_last_op(replace(guessed, group=group))
         proc.guessed_group_op = None
 
-    def on_progress(self, ev: _Ev) -> None:
+    def on_progress(self, ev: _Event) -> None:
         def build():
             enqueued, completed = (self.num(r) for r in ev.data)
             return GroupProgress(enqueued=enqueued, completed=completed, evidence=self.evidence(ev))
         self.proc.lazy_progress(self.group(ev), build)
 
-    def on_dump_signal(self, ev: _Ev) -> None:
+    def on_dump_signal(self, ev: _Event) -> None:
         source, enqueued, completed = ev.data
         proc = self.proc
         proc.set_progress(self.group(ev), GroupProgress(enqueued=self.num(enqueued),
@@ -2056,7 +2057,7 @@ class _Apply:
             proc.peer(rank)
             self.reader.stuck(proc, "watchdog_timeout", "tl_peer_timed_out", self.evidence(ev), rank=rank, **counts)
 
-    def on_watchdog_hang(self, ev: _Ev) -> None:
+    def on_watchdog_hang(self, ev: _Event) -> None:
         seconds = self.num(ev.data[0])
         self.proc.timed_out = True
         if seconds is not None:
@@ -2064,20 +2065,20 @@ class _Apply:
         else:
             self.reader.stuck(self.proc, "watchdog_timeout", "tl_heartbeat", self.evidence(ev))
 
-    def on_terminating(self, ev: _Ev) -> None:
+    def on_terminating(self, ev: _Event) -> None:
         self.proc.alive = False
         self.proc.signal = "SIGABRT"
 
-    def on_terminate(self, ev: _Ev) -> None:
+    def on_terminate(self, ev: _Event) -> None:
         self.proc.alive = False
         self.proc.signal = self.proc.signal or "SIGABRT"
 
-    def on_async_error(self, ev: _Ev) -> None:
+    def on_async_error(self, ev: _Event) -> None:
         op = self.comm_op(ev.data[0], ev)
         if op is not None:
             self.proc.op(op, self.line(ev))
 
-    def on_blocking_wait(self, ev: _Ev) -> None:
+    def on_blocking_wait(self, ev: _Event) -> None:
         op = self.comm_op(ev.data[0], ev)
         if op is None:
             return
@@ -2088,19 +2089,19 @@ class _Apply:
         self.reader.stuck(proc, "op_past_timeout", "tl_blocking_wait", self.evidence(ev), op=self.op_label(op),
                           timeout=timeout)
 
-    def on_remote_error(self, ev: _Ev) -> None:
+    def on_remote_error(self, ev: _Event) -> None:
         self.proc.peer(self.peer_rank(ev, ev.data[0]))
 
-    def on_running(self, ev: _Ev) -> None:
+    def on_running(self, ev: _Event) -> None:
         if ev.data[0] is not None:
             self.proc.lazy_op(lambda: self.comm_op(ev.data[0], ev), self.line(ev))
 
-    def on_wrapper_barrier(self, ev: _Ev) -> None:
+    def on_wrapper_barrier(self, ev: _Event) -> None:
         op = self.comm_op(ev.data[0], ev)
         if op is not None:
             self.proc.op(op, self.line(ev))
 
-    def on_mismatch(self, ev: _Ev) -> None:
+    def on_mismatch(self, ev: _Event) -> None:
         """`Rank A is running X, but Rank B is running Y`: A is this rank;
         what it says about B is a peer claim (and may be garbage)."""
         me, mine, other, theirs = ev.data
@@ -2120,7 +2121,7 @@ class _Apply:
             proc.peer(peer)
             self.reader.claim(peer, self.evidence(ev), last_op=self.comm_op(theirs, ev))
 
-    def on_barrier_failed(self, ev: _Ev) -> None:
+    def on_barrier_failed(self, ev: _Event) -> None:
         refs, ms = ev.data
         ranks = [r for r in (self.peer_rank(ev, ref) for ref in refs) if r is not None]
         timeout = self.num(ms)
@@ -2132,25 +2133,25 @@ class _Apply:
         self.reader.stuck(proc, "op_past_timeout", "tl_barrier_failed", self.evidence(ev), ranks=tuple(ranks),
                           timeout=timeout)
 
-    def on_barrier_timeout(self, ev: _Ev) -> None:
+    def on_barrier_timeout(self, ev: _Event) -> None:
         timeout = self.num(ev.data[1])
         self.proc.timed_out = True
         self.reader.stuck(self.proc, "op_past_timeout", "tl_barrier_timeout", self.evidence(ev), timeout=timeout)
 
-    def on_barrier_peer_error(self, ev: _Ev) -> None:
+    def on_barrier_peer_error(self, ev: _Event) -> None:
         self.proc.peer(0 if self.group(ev) == DEFAULT_GROUP else None)
 
-    def on_gloo_timeout(self, ev: _Ev) -> None:
+    def on_gloo_timeout(self, ev: _Event) -> None:
         timeout, direction = self.num(ev.data[0]), ev.data[1]
         self.proc.timed_out = True
         self.reader.stuck(self.proc, "op_past_timeout", "tl_gloo_timeout", self.evidence(ev), direction=direction,
                           timeout=timeout)
 
-    def on_exception(self, ev: _Ev) -> None:
+    def on_exception(self, ev: _Event) -> None:
         self.proc.error(self.evidence(ev))
 
     # -- desync report (TORCH_NCCL_DESYNC_DEBUG)
-    def on_desync_timeout(self, ev: _Ev) -> None:
+    def on_desync_timeout(self, ev: _Event) -> None:
         self.desync.append(ev)
 
     on_desync_missing = on_desync_joined = on_desync_finished = on_desync_timeout
@@ -2217,11 +2218,11 @@ class _Apply:
             self.reader.claim(rank, evidence, last_op=op, progress=progress)
 
     # -- launcher
-    def on_log(self, ev: _Ev) -> None:
+    def on_log(self, ev: _Event) -> None:
         if ev.data[2] is not None and self.proc.pid is None and self.proc.key == AGENT:
             self.proc.pid = self.num(ev.data[2])
 
-    def on_child_failed(self, ev: _Ev) -> None:
+    def on_child_failed(self, ev: _Event) -> None:
         code, local, pid = (self.num(r) for r in ev.data)
         if pid is None:
             return
@@ -2230,7 +2231,7 @@ class _Apply:
         child.evidence = child.evidence or self.evidence(ev)
         child.error(self.evidence(ev))
 
-    def on_child_signalled(self, ev: _Ev) -> None:
+    def on_child_signalled(self, ev: _Event) -> None:
         pid = self.num(ev.data[0])
         if pid is None:
             return
@@ -2238,10 +2239,10 @@ class _Apply:
         child.evidence = child.evidence or self.evidence(ev)
         child.error(self.evidence(ev))
 
-    def on_root_cause(self, ev: _Ev) -> None:
+    def on_root_cause(self, ev: _Event) -> None:
         self.reader.root_cause = self.evidence(ev)
 
-    def on_entry(self, ev: _Ev) -> None:
+    def on_entry(self, ev: _Event) -> None:
         fields = {item[0]: item for item in ev.data}
         exitcode = fields.get("exitcode")
         if exitcode is None or self.num(exitcode[3]) is None:
