@@ -294,9 +294,8 @@ def run() -> None:
     leave without tearing the interpreter down.
 
     A normal exit clears every module and runs a last full collection over
-    the heap (networkx alone is ~300 modules); on a 64-dump Flight Recorder
-    run that was ~50 ms of a ~600 ms run, for memory the OS takes back
-    anyway. So once the output is flushed and the atexit handlers ran, the
+    the heap (networkx alone is ~300 modules): a measurable share of a short
+    run (docs/performance.md), for memory the OS takes back anyway. So once the output is flushed and the atexit handlers ran, the
     process ends with `os._exit`; with another thread still running it exits
     normally (that thread may still have work to finish)."""
     code = main()

@@ -3,8 +3,9 @@
 `lazy.yaml` and `lazy.lark` are modules whose code runs the first time one
 of their attributes is read (the standard library's `LazyLoader`). A run
 that never reads a YAML file or a log line lark has to parse does not pay
-for importing them: about 40 ms of a start-up that decides how soon a
-Flight Recorder-only run can hand its files to the workers.
+for importing them, a share of the start-up that decides how soon a
+Flight Recorder-only run can hand its files to the workers (figures in
+docs/performance.md).
 
 `lazy.regex(...)` is `re.compile(...)` done the first time the pattern is
 used: the readers' module-level patterns were a quarter of the work done

@@ -245,8 +245,8 @@ def is_p2p(op: str) -> bool:
 # The most global ranks a job is taken to have: 2.6 times the largest
 # clusters our users run (100,000 GPUs). A larger rank number or world size
 # in an artifact is not believed (a diagnostic names it): the silent ranks
-# below it are filled in, one state each, and at a million that took 13 s
-# and hundreds of MB for one pasted line claiming such a world (a fuzzed
+# below it are filled in, one state each, and at a million that took many
+# seconds and hundreds of MB for one pasted line claiming such a world (a fuzzed
 # c10d log, tests/fuzz/regressions/c10d/).
 MAX_RANKS = 1 << 18
 

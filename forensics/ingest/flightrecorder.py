@@ -159,7 +159,7 @@ def _collector_paused():
     read. Decoding 2,000 entries makes some 100,000 containers, and every
     700 of them started a collection, now and then a full one over every
     object the process holds (a forked worker holds all its parent loaded):
-    a third of the time of a dump went there (7.9 ms a dump, 4.7 ms paused).
+    a large share of a dump's time went there.
     What the dump's objects hold is freed by reference counts as before; a
     cycle a hostile pickle builds is collected once the collector is back."""
     if not gc.isenabled():

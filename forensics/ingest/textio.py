@@ -424,8 +424,8 @@ def read_at_most(handle, limit: int) -> bytes:
 
     `read(limit)` allocates `limit` bytes before it reads one: with the
     512 MiB cap of a pickle that is a mapping made and given back for every
-    file, 0.26 ms against 0.03 ms for the read itself of a 330 KB Flight
-    Recorder dump. A plain file's size is known, so its first read takes it
+    file, several times the cost of the read itself of a Flight Recorder
+    dump. A plain file's size is known, so its first read takes it
     all (one byte more finds the end, or a file still growing); a
     decompressing stream is read in steps that double. `handle` is what
     `open_binary` returns: a buffered reader, whose short read is the end.

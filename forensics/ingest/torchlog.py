@@ -122,7 +122,7 @@ _SNIFF = lazy.regex(
 
 # Every alternative of _SNIFF needs one of these: C-speed scans rule out
 # most files (each stack dump of a 10,000-rank collection, each NCCL log)
-# before the multi-line regex runs, which cost 2.5 ms per 64 KiB head. The
+# before the multi-line regex runs, which is slow on a 64 KiB head. The
 # source-file endings are the c10 prefixes' (`ProcessGroupNCCL.cpp:1234] `).
 # The glog form of the Python loggers (`I0612 … torch/distributed/….py:12] `)
 # has no literal of its own that a py-spy dump's frames lack: its time stamp

@@ -88,7 +88,7 @@ class _Schema:
                 specs.append(spec)
             self.specs.append(tuple(specs))
         layout = ";".join(f"{c.__module__}.{c.__qualname__}({','.join(f)})" for c, f in zip(self.classes, self.fields))
-        import hashlib  # here, not at import: loading OpenSSL is ~10 ms of every run's start-up
+        import hashlib  # here, not at import: loading OpenSSL would weigh on every run's start-up
 
         self.fingerprint = hashlib.sha256(layout.encode()).hexdigest()[:16]
 
