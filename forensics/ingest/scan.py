@@ -41,6 +41,12 @@ def artifacts_of(kinds: list[str], path: str, display: str, full: bool, stamps: 
         yield Artifact(kind, path, shown, rank_from_path(shown), full, stamps, prefix)
 
 
+# What forensics itself writes beside the evidence (a watch verdict's folder,
+# `-o` into the incident): its JSON report, watch's verdict summary, its HTML report.
+_OWN_OUTPUT = re.compile(rb'"schema"\s*:\s*"(forensics\.(?:report|watch-verdict)/\d+)"'
+                         rb'|<meta name="generator" content="(forensics) ')
+
+
 STAMPED = ("every line starts with a log collector's timestamp (kubectl or docker logs --timestamps, "
            "GitHub Actions): read without them")
 
@@ -57,6 +63,10 @@ def sniff(path: str, display: str, plugins) -> tuple[list[str], str, bool]:
         return [], exc.message, False
     if not head:
         return [], "empty file", False
+    own = _OWN_OUTPUT.search(head[:4096])
+    if own is not None:
+        what = (own.group(1) or own.group(2)).decode()
+        return [], f"a report this tool wrote ({what}): not evidence, skipped", False
     stamps = stamped(head)
     if stamps:
         head = unstamp(head)

@@ -163,6 +163,7 @@ def render(report, lang: str = "en") -> str:
     inputs = ", ".join(report.provenance.inputs) if report.provenance is not None else ""
     title = t["page_title"].format(verdict=report.verdict.upper(), culprits=culprits, inputs=inputs or "-")
     return (f'<!DOCTYPE html>\n<html lang="{t["html_lang"]}"><head><meta charset="utf-8">'
+            f'<meta name="generator" content="forensics report">'
             f'<meta name="viewport" content="width=device-width,initial-scale=1">'
             f'<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
             f'style-src \'unsafe-inline\'; script-src \'{SCRIPT_HASH}\'; img-src data:">'
