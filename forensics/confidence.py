@@ -34,14 +34,26 @@ def awaited_unseen(incident, analysis) -> list[int]:
     stated) is not seen at work either. Empty when any
     awaited rank is seen at work (a thread running, or records of every
     call, all completed, that place it between calls)."""
+    from .ingest.progress import NOT_A_HANG_YET
+
+    if any(d.message.startswith(NOT_A_HANG_YET) for d in incident.diagnostics):
+        return []  # a window watched them below its threshold: not a hang yet, said as such
     silent = set(silent_ranks(incident))
     sinks = [r for r in analysis.sinks if isinstance(r, int)]
     unseen = [r for r in sinks if r not in incident.ranks or r in silent
               or (incident.ranks[r].activity == UNKNOWN and incident.ranks[r].unrecorded)
               or idle_in_its_dump(incident.ranks[r])
               # blocked in a call whose waits cannot be drawn (a group whose members nothing lists)
-              or incident.ranks[r].is_blocked]
+              or _blocked_on_unlisted_group(incident, incident.ranks[r])]
     return sorted(unseen) if sinks and len(unseen) == len(sinks) else []
+
+
+def _blocked_on_unlisted_group(incident, state) -> bool:
+    op = state.current_op
+    if not state.is_blocked or op is None or not op.group_known:
+        return False
+    known = incident.groups.get(op.group)
+    return incident.stated_members(op.group) is None or (known is not None and known.partial)
 
 
 def idle_in_its_dump(state) -> bool:

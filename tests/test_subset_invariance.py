@@ -16,6 +16,26 @@ CORPUS = os.path.join(os.path.dirname(__file__), "..", "corpus")
 INCIDENTS = subsets.incidents(CORPUS)
 
 KNOWN = {
+    ("public_u_deepspeed_save_checkpoint_rank0_guard", "logs"): (
+        "one rank against one in the watchdog lines: which side is odd takes rank 0's stack (save_checkpoint, a "
+        "rank-0-only path), which the logs alone do not hold, so both are named at medium confidence"),
+    ("public_u_nccl_sglang_recv_allreduce_threads_deadlock", "logs"): (
+        "the NCCL log of one machine alone shows rank 0's recv with no matching send and is read as rank 0 "
+        "missing; the gdb dumps of both processes, in device waits on two communicators, leave it undecided"),
+    ("public_u_pytorch_tcpstore_port_taken_rank3_stuck_get", "logs"): (
+        "the console's log lines without its tracebacks: rank 0's end is in its traceback, which this subset leaves "
+        "out, so the others' 'Connection reset by peer' while fetching the NCCL id read as a transport fault first "
+        "reported by rank 1"),
+    ("public_u_torchrec_cross_pg_a2a_allreduce_sync_deadlock", "stacks"): (
+        "the py-spy dumps alone show rank 6 in tolist() (a device sync) while ranks 0 and 29 sit in "
+        "torch.cuda.synchronize, read as rank 6 missing; the watchdog lines of two process groups leave it "
+        "undecided, as the groups' members are not stated"),
+    ("public_u_trl_dpo_main_process_tokenize_barrier_timeout", "stacks"): (
+        "the tracebacks alone say ranks 1, 3 and 6 died of a DistBackendError, with no statement that they waited "
+        "for rank 0 (the statement's catalogue reading comes with the logs), so a dead rank with no culprit"),
+    ("public_u_verl_dynamic_bsz_microbatch_count_mismatch", "stacks"): (
+        "the two py-spy dumps alone place rank 1 elsewhere than rank 0's all-gather and name it missing; the "
+        "watchdog lines show its all-reduce at the same sequence number, a mismatch"),
     ("real_pp_dp_cross_group_cycle", "fr"): (
         "torch's Gloo Flight Recorder records no send/recv: ranks 0 and 3, blocked in a send and a recv, look "
         "absent from the data-parallel all_reduces ranks 1 and 2 wait in; the subset names the right ranks "

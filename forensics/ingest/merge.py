@@ -424,7 +424,7 @@ def _snapshot_window(snapshots: list[Facts], diagnostics: list) -> StuckSignal |
     when that run spans at least the threshold (analyze --stuck-after, else
     the default); below it, "not a hang yet". Snapshots that say no time are
     judged as before: no rank moved between two of them is stuck."""
-    from .progress import threshold_for_analyze
+    from .progress import NOT_A_HANG_YET, threshold_for_analyze
 
     start = signal = None
     for before, after in zip(snapshots, snapshots[1:]):
@@ -444,7 +444,7 @@ def _snapshot_window(snapshots: list[Facts], diagnostics: list) -> StuckSignal |
     threshold, source = threshold_for_analyze()
     if window >= threshold:
         return signal
-    diagnostics.append(Diagnostic(last.path, 0, f"not a hang yet: no rank moved between {start.path} and "
+    diagnostics.append(Diagnostic(last.path, 0, f"{NOT_A_HANG_YET}: no rank moved between {start.path} and "
                                                 f"{last.path}, {window:g} s apart; stuck only past {threshold:g} s "
                                                 f"({source}): look again later, or take a snapshot past it", "info"))
     return None

@@ -33,6 +33,9 @@ SCHEMA_V1 = "forensics.progress/1"
 SCHEMA = "forensics.progress/2"
 SCHEMAS = (SCHEMA_V1, SCHEMA)
 DEFAULT_STUCK_AFTER_S = 60.0
+# How a window judged below its threshold is said (a diagnostic): the ranks were watched for a
+# while and their waits are not yet a hang; the verdict stays healthy (confidence.awaited_unseen).
+NOT_A_HANG_YET = "not a hang yet"
 
 _override: list[float] = []  # analyze --stuck-after, for what is read inside `stuck_after`
 
@@ -130,7 +133,7 @@ def _judge(facts: Facts, data: dict, entries: dict, span: str, rounds: dict, tex
     again = math.ceil(threshold - window)
     interval = math.ceil(threshold / 2)
     suspect = f": {where}" if suspects else ""
-    facts.diag(evidence.line, f"not a hang yet: rank {_ranks(waiting)} waited in {call} for {seconds} without "
+    facts.diag(evidence.line, f"{NOT_A_HANG_YET}: rank {_ranks(waiting)} waited in {call} for {seconds} without "
                               f"moving{suspect}; stuck only past {threshold:g} s ({source}): look again in "
                               f"{again} s, or collect over a longer window (--snapshots 3 --interval {interval})",
                "info")
