@@ -479,3 +479,26 @@ def test_several_snapshot_files_are_judged_as_a_window_against_stuck_after():
     with reader.stuck_after(120):  # 300 s without a move is past 120 s: stuck, the same verdict as the folder's
         report = forensics.analyze([folder / "snapshot_1.json", folder / "snapshot_2.json"], jobs=1)
     assert (report.verdict, report.culprit_ranks) == ("missing_rank", [2])
+
+
+def test_several_snapshot_files_take_half_the_collective_timeout_they_state(tmp_path):
+    """Without --stuck-after, snapshots whose calls state a 400 s timeout are
+    judged against 200 s, as forensics collect takes the job's own timeout:
+    300 s without a move is stuck; with a 1,000 s timeout it is not yet."""
+    import json
+
+    import forensics
+
+    for timeout, verdict in ((400_000, "missing_rank"), (1_000_000, "healthy")):
+        folder = tmp_path / str(timeout)
+        folder.mkdir()
+        for name in ("snapshot_1.json", "snapshot_2.json"):
+            data = json.loads((CORPUS / "snapshot_missing_rank" / name).read_text())
+            for state in data["ranks"].values():
+                if state.get("current_op") == "all_reduce":
+                    state["timeout_ms"] = timeout
+            (folder / name).write_text(json.dumps(data))
+        report = forensics.analyze(folder, jobs=1)
+        assert report.verdict == verdict, [d.message for d in report.incident.diagnostics]
+        if verdict == "healthy":
+            assert any("half the collective timeout of 1000 s" in d.message for d in report.incident.diagnostics)

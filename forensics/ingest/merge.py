@@ -441,7 +441,8 @@ def _snapshot_window(snapshots: list[Facts], diagnostics: list) -> StuckSignal |
     if start.observed_at is None or last.observed_at is None:
         return signal
     window = last.observed_at - start.observed_at
-    threshold, source = threshold_for_analyze()
+    timeouts = [s.current_op.timeout_ms for s in last.ranks if s.current_op is not None and s.current_op.timeout_ms]
+    threshold, source = threshold_for_analyze(min(timeouts) / 1000 if timeouts else None)
     if window >= threshold:
         return signal
     diagnostics.append(Diagnostic(last.path, 0, f"{NOT_A_HANG_YET}: no rank moved between {start.path} and "

@@ -144,11 +144,15 @@ def _ranks(ranks: list[int]) -> str:
     return ", ".join(map(str, ranks)) if len(ranks) <= 8 else compact(ranks)
 
 
-def threshold_for_analyze() -> tuple[float, str]:
+def threshold_for_analyze(timeout_s: float | None = None) -> tuple[float, str]:
     """The threshold analyze judges a window it finds itself against (several
-    snapshot files): its --stuck-after, else the default."""
+    snapshot files): its --stuck-after, else half the job's collective
+    timeout where the snapshots state one (as forensics collect takes it),
+    else the default."""
     if _override:
         return _override[-1], "analyze --stuck-after"
+    if timeout_s:
+        return round(timeout_s * 0.5, 1), f"half the collective timeout of {timeout_s:g} s"
     return DEFAULT_STUCK_AFTER_S, "the default"
 
 
