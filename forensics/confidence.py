@@ -34,10 +34,10 @@ def awaited_unseen(incident, analysis) -> list[int]:
     stated) is not seen at work either. Empty when any
     awaited rank is seen at work (a thread running, or records of every
     call, all completed, that place it between calls)."""
-    from .ingest.progress import NOT_A_HANG_YET
+    from .ingest.progress import window_says_not_stuck
 
-    if any(d.message.startswith(NOT_A_HANG_YET) for d in incident.diagnostics):
-        return []  # a window watched them below its threshold: not a hang yet, said as such
+    if window_says_not_stuck(incident.diagnostics):
+        return []  # a window watched them move, or below its threshold: said as such
     silent = set(silent_ranks(incident))
     sinks = [r for r in analysis.sinks if isinstance(r, int)]
     unseen = [r for r in sinks if r not in incident.ranks or r in silent

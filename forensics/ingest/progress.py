@@ -36,6 +36,13 @@ DEFAULT_STUCK_AFTER_S = 60.0
 # How a window judged below its threshold is said (a diagnostic): the ranks were watched for a
 # while and their waits are not yet a hang; the verdict stays healthy (confidence.awaited_unseen).
 NOT_A_HANG_YET = "not a hang yet"
+MAKING_PROGRESS = "the job is making progress"  # how a window in which every rank moved is said
+
+
+def window_says_not_stuck(diagnostics) -> bool:
+    """Whether a window this module (or the merge's snapshot window) judged
+    says the ranks are not stuck: every rank moved, or not a hang yet."""
+    return any(d.message.startswith(NOT_A_HANG_YET) or d.message.endswith(MAKING_PROGRESS) for d in diagnostics)
 
 _override: list[float] = []  # analyze --stuck-after, for what is read inside `stuck_after`
 
@@ -93,7 +100,7 @@ def _judge_v1(facts: Facts, entries: dict, span: str, window: dict, evidence: m.
         facts.stuck.append(stuck_signal("no_progress", "collect_v1", evidence, still=tuple(still),
                                         moved=tuple(moved), fr=fr_still == still, **window))
     elif moved:
-        facts.diag(1, f"every rank ({compact(moved)}) moved in {span}: the job is making progress", "info")
+        facts.diag(1, f"every rank ({compact(moved)}) moved in {span}: {MAKING_PROGRESS}", "info")
 
 
 def _judge(facts: Facts, data: dict, entries: dict, span: str, rounds: dict, text: str, display: str) -> None:
@@ -109,7 +116,7 @@ def _judge(facts: Facts, data: dict, entries: dict, span: str, rounds: dict, tex
         facts.diag(1, line, "info")
     if not waiting:
         if moved and len(moved) == len(entries):
-            facts.diag(1, f"every rank ({compact(moved)}) moved in {span}: the job is making progress", "info")
+            facts.diag(1, f"every rank ({compact(moved)}) moved in {span}: {MAKING_PROGRESS}", "info")
         elif moved:
             facts.diag(1, f"rank {compact(moved)} moved in {span}; no rank kept its place in a communication "
                           f"call through the window", "info")
