@@ -422,7 +422,8 @@ def _snapshot_window(snapshots: list[Facts], diagnostics: list) -> StuckSignal |
     forensics collect or watch wrote is (ingest/progress.py): the ranks
     stuck since the first snapshot of the latest run in which no rank moved,
     when that run spans at least the threshold (analyze --stuck-after, else
-    the default); below it, "not a hang yet". Snapshots that say no time are
+    half the collective timeout the calls state, else the default); below
+    it, "not a hang yet". Snapshots that say no time are
     judged as before: no rank moved between two of them is stuck."""
     from .progress import NOT_A_HANG_YET, threshold_for_analyze
 
@@ -433,8 +434,7 @@ def _snapshot_window(snapshots: list[Facts], diagnostics: list) -> StuckSignal |
             start = signal = None
             continue
         start = start or before
-        signal = found if start is before else replace(found, detail=found.detail.replace(before.path, start.path),
-                                                            detail_zh=found.detail_zh.replace(before.path, start.path))
+        signal = found if start is before else _no_progress(start, after)  # the run so far: its first and last
         last = after
     if signal is None:
         return None
