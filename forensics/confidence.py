@@ -50,10 +50,7 @@ def awaited_unseen(incident, analysis) -> list[int]:
 
 def _blocked_on_unlisted_group(incident, state) -> bool:
     op = state.current_op
-    if not state.is_blocked or op is None or not op.group_known:
-        return False
-    known = incident.groups.get(op.group)
-    return incident.stated_members(op.group) is None or (known is not None and known.partial)
+    return state.is_blocked and op is not None and op.group_known and incident.members_unlisted(op.group)
 
 
 def idle_in_its_dump(state) -> bool:
@@ -211,8 +208,7 @@ def would_decide(report) -> tuple[tuple[str, ...], tuple[str, ...]]:
     for group in sorted({s.current_op.group or "0" for s in incident.ranks.values() if s.is_blocked
                          and s.rank not in blind}):
         stated = incident.stated_members(group)
-        known = incident.groups.get(group)
-        if stated is None or (known is not None and known.partial):
+        if incident.members_unlisted(group):
             waiting = sorted(s.rank for s in incident.ranks.values() if s.is_blocked and (s.current_op.group or "0") == group)
             out.append(f"the members of group {group} (rank {compact(waiting)} wait in it; no artifact lists all its "
                        f"ranks, so whom they wait for is not guessed): c10d's group creation lines, NCCL_DEBUG=INFO "
@@ -238,15 +234,9 @@ def unlisted_group_ranks(incident) -> dict[int, str]:
     """{rank: group} of ranks blocked in a call on a named group whose
     members no artifact lists in full (stated_members): whom they wait for
     is not guessed."""
-    out = {}
-    for state in incident.ranks.values():
-        op = state.current_op
-        if not state.is_blocked or op is None or not op.group_known or op.group.startswith(UNIDENTIFIED_GROUP):
-            continue
-        known = incident.groups.get(op.group)
-        if incident.stated_members(op.group) is None or (known is not None and known.partial):
-            out[state.rank] = op.group
-    return out
+    return {state.rank: state.current_op.group for state in incident.ranks.values()
+            if _blocked_on_unlisted_group(incident, state)
+            and not state.current_op.group.startswith(UNIDENTIFIED_GROUP)}
 
 
 def unknown_group_ranks(incident) -> list[int]:

@@ -630,6 +630,12 @@ class Incident:
             return tuple(sorted(self.ranks))
         return None
 
+    def members_unlisted(self, group: str) -> bool:
+        """Whether no artifact states all of `group`'s members: none stated,
+        or only some (a `partial` group)."""
+        pg = self.groups.get(group) or self.groups.get(group_id(group))
+        return self.stated_members(group) is None or (pg is not None and pg.partial)
+
 
 # --------------------------------------------------------------------------
 # Rule output
